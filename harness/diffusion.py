@@ -1,0 +1,128 @@
+"""Forward-process draws shared by the masked-diffusion families: times, mask counts, masks.
+
+Two ways to draw the corruption of a sequence, both of which make the NELBO an expectation:
+
+* **time** (MDLM): t in [eps, 1], each unit masked independently with probability 1 - alpha_t,
+  weight -alpha'_t / (1 - alpha_t) (1/t for MDLM's log-linear schedule). MDLM's protocol draws one
+  t per sequence, stratified over the batch: t_i = (u_i + i) / B with independent u_i, mapped into
+  [eps, 1] (eps = 1e-3). The [0, eps) part of the integral is left out, an O(eps) bias that MDLM's
+  reported numbers carry too.
+* **count** (Zheng et al., Prop. 3.1): n ~ U{1..N}, exactly n of the N units masked uniformly at
+  random, weight N / n on the summed masked cross-entropies. Unbiased and finite-variance for a
+  time-independent network; it is the time-agnostic masked model's objective.
+
+With K Monte-Carlo samples per sequence the uniforms are stratified over the K samples instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+EPS = 1e-3
+
+
+def stratified_uniform(batch: int, k: int, *, generator: torch.Generator | None, device=None) -> torch.Tensor:
+    """(batch, k) uniforms, stratified along k: u_{b,j} = (v_{b,j} + j) / k with v iid U(0,1)."""
+    v = torch.rand(batch, k, generator=generator, device=device, dtype=torch.float64)
+    return (v + torch.arange(k, device=device, dtype=torch.float64)) / k
+
+
+def batch_stratified_uniform(batch: int, *, generator: torch.Generator | None, device=None) -> torch.Tensor:
+    """MDLM's low-discrepancy draw, one per sequence: u_i = (v_i + i) / B, shape (B,)."""
+    v = torch.rand(batch, generator=generator, device=device, dtype=torch.float64)
+    return (v + torch.arange(batch, device=device, dtype=torch.float64)) / batch
+
+
+def times_from_uniform(u: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """Map uniforms into [eps, 1] as MDLM does: t = eps + (1 - eps) u."""
+    return eps + (1.0 - eps) * u
+
+
+def counts_from_uniform(u: torch.Tensor, n_max: torch.Tensor) -> torch.Tensor:
+    """Map uniforms to mask counts n = ceil(n_max * u) in {1..n_max} (uniform when u is)."""
+    n = torch.ceil(u * n_max.to(u.dtype)).long()
+    return torch.minimum(n.clamp_min(1), n_max.long())
+
+
+def mask_bernoulli(p: torch.Tensor, valid: torch.Tensor, *, generator: torch.Generator | None) -> torch.Tensor:
+    """Mask each valid unit independently with probability ``p`` (broadcast against ``valid``)."""
+    while p.dim() < valid.dim():
+        p = p[..., None]
+    draw = torch.rand(valid.shape, generator=generator, device=valid.device, dtype=torch.float64)
+    return (draw < p) & valid
+
+
+def mask_exact(n: torch.Tensor, valid: torch.Tensor, *, generator: torch.Generator | None) -> torch.Tensor:
+    """Mask exactly ``n[b]`` of the valid units of row b, chosen uniformly at random.
+
+    ``valid`` is (B, ...) bool; units are flattened per row. Invalid units (padding) never masked.
+    """
+    B = valid.shape[0]
+    flat = valid.reshape(B, -1)
+    keys = torch.rand(flat.shape, generator=generator, device=valid.device, dtype=torch.float64)
+    keys = keys.masked_fill(~flat, 2.0)  # padding sorts last
+    rank = keys.argsort(dim=1).argsort(dim=1)
+    return ((rank < n.reshape(B, 1)) & flat).reshape(valid.shape)
+
+
+def corrupt(
+    clean: torch.Tensor,
+    u: torch.Tensor,
+    valid: torch.Tensor,
+    *,
+    sampler: str,
+    schedule,
+    mask_id: int,
+    generator: torch.Generator | None,
+    time_conditioning: bool = False,
+):
+    """One corruption per row from uniforms ``u`` (B,): returns ``(z_t, masked, weight (B,), t)``.
+
+    ``clean`` and ``valid`` have the same shape (B, ...) (tokens, or (B, L, ell) sub-tokens).
+    ``sampler="t"``: time t from u, units masked independently with 1 - alpha_t, weight
+    -alpha'_t/(1 - alpha_t). ``sampler="n"``: n = ceil(N u) units masked exactly, weight N / n, t None
+    (only for time-independent networks).
+    """
+    if sampler == "t":
+        t = times_from_uniform(u)
+        masked = mask_bernoulli(schedule.mask_prob(t), valid, generator=generator)
+        weight = schedule.weight(t)
+    elif sampler == "n":
+        if time_conditioning:
+            raise ValueError("the mask-count estimator needs a time-independent network; use time_sampler='t'")
+        n_units = valid.reshape(valid.shape[0], -1).sum(1)
+        n = counts_from_uniform(u, n_units)
+        masked = mask_exact(n, valid, generator=generator)
+        weight = n_units.double() / n.double()
+        t = None
+    else:
+        raise ValueError(f"unknown time sampler {sampler!r}: use 't' (MDLM) or 'n' (mask count)")
+    z_t = torch.where(masked, torch.full_like(clean, mask_id), clean)
+    return z_t, masked, weight, t
+
+
+def monte_carlo(estimate, batch: int, num_samples: int, *, generator, device) -> torch.Tensor:
+    """(B, K) float64 estimates, ``estimate(u (B,)) -> (B,)`` called once per sample.
+
+    K = 1 stratifies the single draw over the batch (MDLM's protocol); K > 1 stratifies over the
+    K samples of each sequence.
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if num_samples == 1:
+        u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
+    else:
+        u = stratified_uniform(batch, num_samples, generator=generator, device=device)
+    out = torch.empty(batch, num_samples, dtype=torch.float64, device=device)
+    for k in range(num_samples):
+        out[:, k] = estimate(u[:, k]).double()
+    return out
+
+
+def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, K) per-sample estimates -> mean (B,) and standard error (B,) (NaN when K = 1)."""
+    K = estimates.shape[1]
+    mean = estimates.mean(1)
+    if K < 2:
+        return mean, torch.full_like(mean, float("nan"))
+    return mean, estimates.std(1, unbiased=True) / K**0.5

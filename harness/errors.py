@@ -1,0 +1,32 @@
+"""Errors that the CLI turns into a clear message and a non-zero exit.
+
+Every error names the bad input and the fix. Raise :class:`PrimebenchError` (or a subclass) for any
+problem a user can correct; the CLI prints it without a traceback and exits with status 2.
+"""
+
+from __future__ import annotations
+
+
+class PrimebenchError(Exception):
+    """A user-facing error: what went wrong, with which input, and how to fix it."""
+
+    def __init__(self, message: str, *, fix: str | None = None):
+        self.problem = message
+        self.fix = fix
+        super().__init__(message if fix is None else f"{message}\n  fix: {fix}")
+
+
+class ConfigError(PrimebenchError):
+    """A configuration file or override is invalid."""
+
+
+class DataError(PrimebenchError):
+    """A corpus, tokenizer or dataset cannot be loaded or does not fit."""
+
+
+class CheckpointError(PrimebenchError):
+    """A checkpoint folder is missing, corrupt, or inconsistent."""
+
+
+class OfflineError(PrimebenchError):
+    """Something needs the network and the network is not available."""

@@ -1,0 +1,1 @@
+"""Evaluations of checkpoints: perplexity and its bounds (more arrive with Gen PPL, zero-shot, FID)."""

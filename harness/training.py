@@ -1,0 +1,252 @@
+"""Training loop: AdamW, linear warmup, gradient clipping, EMA, accumulation, DDP, exact resume.
+
+Determinism: the rows of the global batch at step s and every random draw of the loss (diffusion
+times, masks) come from generators seeded by ``(seed, step)``, so a run resumed from a checkpoint at
+step s continues exactly as the uninterrupted run would (on the same hardware and thread count), and
+the global batch is the same whatever the number of DDP ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from harness import distributed
+from harness.checkpoint import load_trainer_state, read_checkpoint_config, save_checkpoint
+from harness.config import Config
+from harness.errors import CheckpointError, ConfigError
+from harness.logging import console, progress
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    out: Path
+    step: int
+    train_loss: float
+    val_loss: float | None
+    tokens_seen: int
+    wall_s: float
+
+
+def step_seed(seed: int, step: int, stream: int) -> int:
+    """A distinct 63-bit seed per (run seed, step, stream) so draws do not depend on history."""
+    return (seed * 1_000_003 + step * 7_919 + stream * 104_729) % (2**63 - 1)
+
+
+def lr_at(cfg: Config, step: int) -> float:
+    """MDLM's schedule: linear warmup over ``train.warmup`` steps, then constant ``train.lr``."""
+    t = cfg.train
+    if t.warmup <= 0:
+        return t.lr
+    return t.lr * min(1.0, (step + 1) / t.warmup)
+
+
+def load_text_data(cfg: Config, tokenizer, corpus):
+    """Pack the train and validation splits of the configured corpus. Returns (train, valid) Packed."""
+    from harness.data import get_packed
+
+    d = cfg.data
+    kw = dict(tokenizer=tokenizer, seq_len=d.seq_len, wrap=d.wrap, eos_between_docs=d.eos_between_docs, remainder=d.remainder)
+    return get_packed(corpus, d.train_split, **kw), get_packed(corpus, d.valid_split, **kw)
+
+
+class EMA:
+    """Exponential moving average of the parameters, kept in float32."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.decay = decay
+        self.shadow = {k: v.detach().clone().float() for k, v in model.state_dict().items()}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        for k, v in model.state_dict().items():
+            if v.dtype.is_floating_point:
+                self.shadow[k].mul_(self.decay).add_(v.detach().float(), alpha=1 - self.decay)
+            else:
+                self.shadow[k].copy_(v)
+
+    @contextlib.contextmanager
+    def swapped_in(self, model: torch.nn.Module):
+        backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.load_state_dict({k: v.to(backup[k].dtype) for k, v in self.shadow.items()})
+        try:
+            yield model
+        finally:
+            model.load_state_dict(backup)
+
+
+@torch.no_grad()
+def validation_loss(model, rows: torch.Tensor, mask: torch.Tensor, cfg: Config, device) -> float:
+    """Mean training objective on a fixed slice of the validation rows with fixed randomness."""
+    model.eval()
+    n = min(rows.shape[0], cfg.train.eval_batches * cfg.train.batch_size)
+    total, count = 0.0, 0
+    g = torch.Generator(device="cpu").manual_seed(step_seed(cfg.seed, 0, 99))
+    for start in range(0, n, cfg.train.batch_size):
+        x = rows[start : start + cfg.train.batch_size].to(device)
+        m = mask[start : start + cfg.train.batch_size].to(device)
+        loss = model.loss(x, generator=g, attention_mask=m)
+        total += float(loss) * x.shape[0]
+        count += x.shape[0]
+    model.train()
+    return total / max(count, 1)
+
+
+def train(
+    cfg: Config,
+    out: Path,
+    *,
+    resume: bool = False,
+    stop_after: int | None = None,
+    device: str | None = None,
+    quiet: bool = False,
+) -> TrainResult:
+    """Train ``cfg`` into the checkpoint folder ``out`` (see :mod:`harness.checkpoint`)."""
+    from harness.data import get_corpus, get_tokenizer
+    from harness.models import model_from_config
+
+    out = Path(out)
+    info = distributed.setup(device)
+    if out.exists() and (out / "model.safetensors").exists() and not resume:
+        raise CheckpointError(
+            f"output folder {str(out)!r} already holds a checkpoint",
+            fix="pass --resume to continue it, or choose another --out",
+        )
+    start_step, state = 0, None
+    if resume:
+        if not (out / "model.safetensors").exists():
+            raise CheckpointError(f"--resume: {str(out)!r} holds no checkpoint to resume", fix="drop --resume to start a new run")
+        saved_cfg, _ = read_checkpoint_config(out)
+        if saved_cfg.model != cfg.model or saved_cfg.data != cfg.data or saved_cfg.seed != cfg.seed:
+            raise ConfigError(
+                f"--resume: the config differs from the one saved in {str(out)!r} (model, data or seed)",
+                fix="resume with the same config; only train.* keys such as train.steps may change",
+            )
+        state = load_trainer_state(out)
+        if state is None:
+            raise CheckpointError(f"--resume: {str(out)!r} has no trainer_state.pt", fix="this checkpoint cannot be resumed exactly")
+        start_step = int(state["step"])
+
+    torch.manual_seed(cfg.seed)
+    corpus = get_corpus(cfg.data.corpus)
+    if resume and (out / "tokenizer").is_dir():
+        from harness.data import load_tokenizer
+
+        tokenizer = load_tokenizer(out / "tokenizer")
+    else:
+        tokenizer = get_tokenizer(cfg.data.tokenizer, corpus=corpus)
+    train_data, valid_data = load_text_data(cfg, tokenizer, corpus)
+    rows, masks = train_data.input_ids, train_data.attention_mask
+    model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
+    ema = EMA(model, cfg.train.ema)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2), weight_decay=cfg.train.weight_decay
+    )
+    if state is not None:
+        from harness.checkpoint import _read_weights
+
+        tensors, meta = _read_weights(out)
+        if int(meta.get("step", -1)) != start_step:
+            raise CheckpointError(
+                f"checkpoint {str(out)!r} is inconsistent: weights at step {meta.get('step')} but trainer state at step {start_step}",
+                fix="a save was interrupted; restore both files from the same save",
+            )
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        ema.shadow = {k[4:]: v.float().clone() for k, v in tensors.items() if k.startswith("ema.")}
+        opt.load_state_dict(state["optimizer"])
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+    ddp = DistributedDataParallel(model) if info.world > 1 else model
+    per_rank = cfg.train.batch_size // info.world
+    if per_rank * info.world != cfg.train.batch_size or per_rank % cfg.train.grad_accum:
+        raise ConfigError(
+            f"train.batch_size={cfg.train.batch_size} must split evenly over {info.world} ranks and "
+            f"train.grad_accum={cfg.train.grad_accum} micro-batches",
+            fix="choose a batch size divisible by world_size * grad_accum",
+        )
+    micro = per_rank // cfg.train.grad_accum
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if cfg.train.precision == "bf16" and info.device.type == "cuda"
+        else contextlib.nullcontext()
+    )
+    log_path = out / "train_log.jsonl"
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+
+    def save(step: int) -> None:
+        if info.is_main:
+            save_checkpoint(
+                out,
+                model=model,
+                ema_state=ema.shadow,
+                cfg=cfg,
+                tokenizer=tokenizer,
+                step=step,
+                trainer_state={"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "tokens_seen": step * cfg.train.batch_size * cfg.data.seq_len},
+            )
+        distributed.barrier()
+
+    last_loss, val_loss = float("nan"), None
+    end = cfg.train.steps if stop_after is None else min(cfg.train.steps, start_step + stop_after)
+    t0 = time.time()
+    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+    model.train()
+    with progress(disable=quiet or not info.is_main) as bar:
+        task = bar.add_task(f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0)
+        for step in range(start_step, end):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(cfg, step)
+            g_batch = torch.Generator().manual_seed(step_seed(cfg.seed, step, 0))
+            idx = torch.randint(rows.shape[0], (cfg.train.batch_size,), generator=g_batch)
+            idx = idx[info.rank * per_rank : (info.rank + 1) * per_rank]
+            g_noise = torch.Generator(device=info.device).manual_seed(step_seed(cfg.seed, step, 1 + info.rank))
+            opt.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for k in range(cfg.train.grad_accum):
+                sel = idx[k * micro : (k + 1) * micro]
+                x, m = rows[sel].to(info.device), masks[sel].to(info.device)
+                sync = contextlib.nullcontext() if (k == cfg.train.grad_accum - 1 or info.world == 1) else ddp.no_sync()
+                with sync, autocast:
+                    loss = ddp(x, generator=g_noise, attention_mask=m) / cfg.train.grad_accum
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"training loss became {float(loss)} at step {step}; the last good checkpoint in {out} is kept "
+                        "(lower train.lr or raise train.warmup)"
+                    )
+                loss.backward()
+                step_loss += float(loss)
+            if cfg.train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            opt.step()
+            ema.update(model)
+            reduced = distributed.all_reduce_sum(torch.tensor([step_loss], dtype=torch.float64)) / info.world
+            last_loss = float(reduced)
+            done = step + 1
+            record = {"step": done, "loss": last_loss, "lr": lr_at(cfg, step)}
+            if done % cfg.train.eval_every == 0 or done == cfg.train.steps:
+                with ema.swapped_in(model):
+                    val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
+                record["val_loss_ema"] = val_loss
+            elapsed = time.time() - t0
+            tps = (done - start_step) * tokens_per_step / max(elapsed, 1e-9)
+            bar.update(task, completed=done, loss=last_loss, tps=tps)
+            if info.is_main:
+                with open(log_path, "a") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            if done % cfg.train.save_every == 0 or done == end:
+                save(done)
+    if end == start_step and info.is_main and not (out / "model.safetensors").exists():
+        save(end)
+    wall = time.time() - t0
+    if val_loss is None and end == cfg.train.steps:
+        with ema.swapped_in(model):
+            val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
+    return TrainResult(out=out, step=end, train_loss=last_loss, val_loss=val_loss, tokens_seen=end * tokens_per_step, wall_s=wall)

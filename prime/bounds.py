@@ -1,0 +1,324 @@
+"""Likelihood, the valid sub-token bound, and the paper's token-joint objective for MDM-Prime.
+
+Read the first box of ``shared/reference/papers.md``: the paper's L_vb scores each token with the
+*joint* p(y_0^i | y_t) of its ell sub-tokens, but the continuous-time sampler reveals one sub-token at
+a time, each drawn from the *marginal* of that joint. The valid upper bound on -log p(x_0) therefore
+uses sub-token marginals. This module computes, per sequence and in nats:
+
+* :func:`exact_nll`: -log p(x_0) under the sampler, by enumeration (tiny L * ell only);
+* :func:`subtoken_bound`: the valid continuous-time bound (marginals);
+* :func:`token_joint_objective`: the paper's L_vb (joints); not a bound when sub-tokens depend.
+
+Notation. N = L * ell sub-token "units"; unit u = i * ell + j (token i, digit j, as the official code
+flattens). A mask pattern S is the set of masked units and y_0^S is y_0 with the units of S set to
+the mask id ``base``. The denoiser maps y_t (B, L, ell) to raw logits (B, L, C) and ignores time, so
+every quantity depends on y_t only. The restriction to V(y_t^i) (carry-over) is applied here.
+
+Pattern weights. Each unit is masked independently with probability 1 - alpha_t, so
+P(S | t) = (1 - alpha_t)^n alpha_t^(N - n) with n = |S|. The continuous-time bound is
+int_0^1 (-alpha_t') / (1 - alpha_t) E_{S|t}[g(S)] dt; substituting a = alpha_t (any schedule):
+
+    w(S) = int_0^1 (1 - a)^(n-1) a^(N-n) da = B(n, N - n + 1) = 1 / (n * binom(N, n)),   n >= 1,
+
+so the bound is sum_S w(S) g(S). Equivalently: draw a uniformly random reveal order; while n units
+are masked the masked set is a uniform n-subset and the revealed unit a uniform member of it, so
+sum_S w(S) sum_{u in S} h(S, u) = E_order[sum over steps of h]. With h = -log marginal this is
+the order-average of the sampler's log-loss, an upper bound on -log E_order[product of marginals]
+(Jensen), and the latter is exactly -log p(x_0). With ell = 1 (base = C, mask id C) marginal and
+joint coincide: both objectives are MDLM's NELBO and exact_nll is MDLM's any-order likelihood.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+from harness.errors import PrimebenchError
+from prime.subtokens import consistent, digit_table, encode, mask_id, subtoken_base
+
+Denoiser = Callable[[torch.Tensor], torch.Tensor]  # y_t (B, L, ell) -> logits (B, L, C)
+
+MAX_ENUMERATED_UNITS = 16  # exact enumeration evaluates the denoiser on 2^(L*ell) states
+T_SAMPLER_EPS = 1e-3  # MDLM's sampling_eps: t is drawn in [eps, 1]
+
+
+class MonteCarloEstimate(NamedTuple):
+    """A Monte-Carlo estimate per sequence: ``value`` (B,) nats and its standard error ``stderr``."""
+
+    value: torch.Tensor
+    stderr: torch.Tensor
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks shared with the model families (real networks compute the same numbers).
+# --------------------------------------------------------------------------------------------
+
+def restricted_log_probs(logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int,
+                         carry_over: bool = True) -> torch.Tensor:
+    """(B, L, C) logits, (B, L, ell) y_t -> (B, L, C) log p_theta(x^i = c | y_t), same dtype.
+
+    carry_over=True (MDM-Prime's parameterization): logits outside V(y_t^i) are set to -inf before
+    log_softmax, so unmasked sub-tokens are copied and invalid codes get nothing; a token with all
+    sub-tokens unmasked has log-prob exactly 0 on its code. carry_over=False: plain log_softmax over
+    all C classes (the paper's ablation).
+    """
+    if logits.shape[-1] != C or logits.shape[:-1] != y_t.shape[:-1]:
+        raise PrimebenchError(
+            f"logits {tuple(logits.shape)} and y_t {tuple(y_t.shape)} do not match (B, L, C={C}) "
+            f"and (B, L, ell={ell})", fix="the denoiser must return one logit per class per token")
+    if not carry_over:
+        return torch.log_softmax(logits, dim=-1)
+    allowed = consistent(y_t, C, base, ell)
+    if not bool(allowed.any(-1).all()):
+        raise PrimebenchError(
+            "some token's unmasked sub-tokens match no valid code (< C), so V(y_t^i) is empty",
+            fix="y_t must come from masking a valid encoding; check C, base and ell")
+    return torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+def subtoken_log_marginals(log_probs: torch.Tensor, *, base: int, ell: int) -> torch.Tensor:
+    """(B, L, C) token log-probs -> (B, L, ell, base) log p(y^{i,j} = v | y_t).
+
+    log p(y^{i,j} = v) = logsumexp over classes c with digit_j(c) = v of log_probs[..., c]. A
+    segmented logsumexp: scatter the per-digit-value maximum, then add exp(log_prob - max) per
+    value, so no value underflows to -inf unless all its classes are -inf. Values that no class
+    takes (e.g. a high leading digit) get -inf.
+    """
+    C = log_probs.shape[-1]
+    table = digit_table(C, base, ell, device=log_probs.device)  # (C, ell)
+    shape = (*log_probs.shape[:-1], base)
+    neg_inf = torch.full(shape, float("-inf"), dtype=log_probs.dtype, device=log_probs.device)
+    out = []
+    for j in range(ell):
+        index = table[:, j].expand_as(log_probs)
+        top = neg_inf.scatter_reduce(-1, index, log_probs, reduce="amax", include_self=True)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        summed = torch.zeros(shape, dtype=log_probs.dtype, device=log_probs.device)
+        summed = summed.scatter_add(-1, index, torch.exp(log_probs - top.gather(-1, index)))
+        out.append(torch.log(summed) + top)
+    return torch.stack(out, dim=-2)
+
+
+def subtoken_nll_terms(log_probs: torch.Tensor, y0: torch.Tensor, masked: torch.Tensor,
+                       base: int, ell: int) -> torch.Tensor:
+    """(B, L) nats: sum over masked sub-tokens (i, j) of -log p(y_0^{i,j} | y_t) (marginals).
+
+    ``y0`` (B, L, ell) are the true digits, ``masked`` (B, L, ell) bool marks the masked units.
+    Unmasked units contribute exactly 0.
+    """
+    log_marg = subtoken_log_marginals(log_probs, base=base, ell=ell)  # (B, L, ell, base)
+    true = log_marg.gather(-1, y0[..., None]).squeeze(-1)  # (B, L, ell)
+    return torch.where(masked, -true, torch.zeros_like(true)).sum(-1)
+
+
+def token_joint_nll_terms(log_probs: torch.Tensor, x0: torch.Tensor,
+                          masked: torch.Tensor) -> torch.Tensor:
+    """(B, L) nats: -log p(x_0^i | y_t) for tokens with >= 1 masked sub-token, 0 otherwise."""
+    true = log_probs.gather(-1, x0[..., None]).squeeze(-1)  # (B, L)
+    return torch.where(masked.any(-1), -true, torch.zeros_like(true))
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring a batch of mask patterns.
+# --------------------------------------------------------------------------------------------
+
+class _Scores(NamedTuple):
+    subtoken: torch.Tensor  # (B, S) sum over tokens of subtoken_nll_terms
+    token_joint: torch.Tensor  # (B, S) sum over tokens of token_joint_nll_terms
+    unit_log_marg: torch.Tensor  # (B, S, N) log marginal of the true digit of every unit
+
+
+def _check_x0(x0: torch.Tensor, C: int, ell: int) -> int:
+    """Validate x0 (B, L) ids in [0, C) and return the base."""
+    base = subtoken_base(C, ell)
+    if x0.dim() != 2 or x0.dtype != torch.long:
+        raise PrimebenchError(f"x0 must be an int64 tensor (B, L), got {x0.dtype} {tuple(x0.shape)}",
+                              fix="pass token ids of shape (B, L)")
+    if x0.numel() and (int(x0.min()) < 0 or int(x0.max()) >= C):
+        raise PrimebenchError(f"x0 ids must lie in [0, C={C}), got [{int(x0.min())}, {int(x0.max())}]",
+                              fix="check C against the tokenizer's vocabulary size")
+    return base
+
+
+def _score_masks(denoiser: Denoiser, x0: torch.Tensor, masked: torch.Tensor, *, C: int, ell: int,
+                 states_per_call: int) -> _Scores:
+    """Score mask patterns ``masked`` (B or 1, S, L, ell) of every sequence of x0 (B, L)."""
+    base = subtoken_base(C, ell)
+    B, L = x0.shape
+    S = masked.shape[1]
+    masked = masked.expand(B, S, L, ell)
+    y0 = encode(x0, base, ell)  # (B, L, ell)
+    chunk = max(1, states_per_call // max(B, 1))
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for start in range(0, S, chunk):
+        m = masked[:, start:start + chunk].reshape(-1, L, ell)  # (B * s, L, ell)
+        s = m.shape[0] // B
+        y0_rep = y0.repeat_interleave(s, dim=0)
+        x0_rep = x0.repeat_interleave(s, dim=0)
+        y_t = torch.where(m, torch.full_like(y0_rep, mask_id(base)), y0_rep)
+        log_probs = restricted_log_probs(denoiser(y_t), y_t, C=C, base=base, ell=ell)
+        sub = subtoken_nll_terms(log_probs, y0_rep, m, base, ell).sum(-1)
+        tok = token_joint_nll_terms(log_probs, x0_rep, m).sum(-1)
+        marg = subtoken_log_marginals(log_probs, base=base, ell=ell)
+        unit = marg.gather(-1, y0_rep[..., None]).reshape(B, s, L * ell)
+        parts.append((sub.reshape(B, s), tok.reshape(B, s), unit))
+    return _Scores(*(torch.cat(p, dim=1) for p in zip(*parts)))
+
+
+def _all_patterns(L: int, ell: int, device: torch.device, what: str) -> torch.Tensor:
+    """(1, 2^N, L, ell) bool: pattern number m masks unit u iff bit u of m is set."""
+    N = L * ell
+    if N > MAX_ENUMERATED_UNITS:
+        raise PrimebenchError(
+            f"{what} enumerates 2^(L*ell) mask patterns; L*ell = {L}*{ell} = {N} exceeds the limit "
+            f"of {MAX_ENUMERATED_UNITS} units", fix="use a shorter sequence or exact=False (Monte Carlo)")
+    m = torch.arange(2**N, device=device)
+    bits = (m[:, None] >> torch.arange(N, device=device)) & 1
+    return bits.bool().reshape(1, 2**N, L, ell)
+
+
+def _pattern_weights(N: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(2^N,) w(S) = 1 / (n * binom(N, n)) for n = |S| >= 1, and 0 for the empty pattern."""
+    per_n = [0.0] + [1.0 / (n * math.comb(N, n)) for n in range(1, N + 1)]
+    sizes = ((torch.arange(2**N)[:, None] >> torch.arange(N)) & 1).sum(-1)
+    return torch.tensor(per_n, dtype=dtype)[sizes].to(device)
+
+
+# --------------------------------------------------------------------------------------------
+# Public objectives.
+# --------------------------------------------------------------------------------------------
+
+def exact_nll(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
+              states_per_call: int = 4096) -> torch.Tensor:
+    """(B,) exact -log p(x_0) in nats per sequence under the continuous-time Prime sampler.
+
+    The sampler reveals one sub-token at a time in uniformly random order, drawing it from the
+    marginal of the restricted joint given the current state, so p(y_0) is the average over the
+    N! orders of the product of marginals. With f(R) the probability of having revealed the units
+    of R with their true values, summed over orders and divided as below:
+
+        f(empty) = 1,   f(R) = sum_{u in R} f(R \\ u) * marg(y_0^u | y_0 revealed on R \\ u) / (N - |R| + 1)
+
+    (the next unit is uniform over the N - |R| + 1 masked ones), and p(y_0) = f(all units). Runs
+    in log space over all 2^N states, evaluating the denoiser on them in batches of
+    ``states_per_call`` rows; N = L * ell <= 16.
+    """
+    _check_x0(x0, C, ell)
+    B, L = x0.shape
+    N = L * ell
+    patterns = _all_patterns(L, ell, x0.device, "exact_nll")
+    unit = _score_masks(denoiser, x0, patterns, C=C, ell=ell,
+                        states_per_call=states_per_call).unit_log_marg  # (B, 2^N, N)
+    full = 2**N - 1
+    revealed = torch.arange(2**N, device=x0.device)
+    size = ((revealed[:, None] >> torch.arange(N, device=x0.device)) & 1).sum(-1)
+    log_f = torch.full((B, 2**N), float("-inf"), dtype=unit.dtype, device=x0.device)
+    log_f[:, 0] = 0.0
+    for k in range(1, N + 1):
+        R = revealed[size == k]  # revealed sets with k units
+        terms = []
+        for u in range(N):
+            has_u = ((R >> u) & 1).bool()
+            prev = R & ~(1 << u)
+            term = log_f[:, prev] + unit[:, full ^ prev, u]  # state before u: masked = full ^ prev
+            terms.append(torch.where(has_u, term, torch.full_like(term, float("-inf"))))
+        log_f[:, R] = torch.logsumexp(torch.stack(terms, -1), dim=-1) - math.log(N - k + 1)
+    return -log_f[:, full]
+
+
+def subtoken_bound(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int, exact: bool = True,
+                   num_samples: int | None = None, generator: torch.Generator | None = None,
+                   time_sampler: str = "n", states_per_call: int = 4096):
+    """Valid upper bound on -log p(x_0), nats per sequence, using sub-token marginals.
+
+    exact=True: (B,) sum_S w(S) sum_{u in S} -log marg(y_0^u | y_0^S), w(S) = 1/(n binom(N, n)),
+    over all 2^N patterns (N = L * ell <= 16). exact=False: a :class:`MonteCarloEstimate`
+    (value, stderr), see :func:`_monte_carlo` for the two time samplers.
+    """
+    return _objective("subtoken", denoiser, x0, C=C, ell=ell, exact=exact, num_samples=num_samples,
+                      generator=generator, time_sampler=time_sampler, states_per_call=states_per_call)
+
+
+def token_joint_objective(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
+                          exact: bool = True, num_samples: int | None = None,
+                          generator: torch.Generator | None = None, time_sampler: str = "n",
+                          states_per_call: int = 4096):
+    """The paper's L_vb in nats per sequence: NOT a bound when sub-tokens are dependent.
+
+    exact=True: (B,) sum_S w(S) sum_{tokens i with a masked sub-token in S} -log p(x_0^i | y_0^S).
+    For the ideal model with ell = 2 it falls short of the entropy by I(Y^1; Y^2) / 2 per token.
+    exact=False: a :class:`MonteCarloEstimate` (value, stderr).
+    """
+    return _objective("token_joint", denoiser, x0, C=C, ell=ell, exact=exact,
+                      num_samples=num_samples, generator=generator, time_sampler=time_sampler,
+                      states_per_call=states_per_call)
+
+
+def _objective(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int, exact: bool,
+               num_samples: int | None, generator: torch.Generator | None, time_sampler: str,
+               states_per_call: int):
+    _check_x0(x0, C, ell)
+    if exact:
+        if num_samples is not None:
+            raise PrimebenchError(f"num_samples={num_samples} was given with exact=True",
+                                  fix="pass exact=False for a Monte-Carlo estimate")
+        B, L = x0.shape
+        patterns = _all_patterns(L, ell, x0.device, f"exact {which} objective")
+        scores = _score_masks(denoiser, x0, patterns, C=C, ell=ell, states_per_call=states_per_call)
+        g = scores.subtoken if which == "subtoken" else scores.token_joint  # (B, 2^N)
+        return (g * _pattern_weights(L * ell, g.dtype, g.device)).sum(-1)
+    return _monte_carlo(which, denoiser, x0, C=C, ell=ell, num_samples=num_samples,
+                        generator=generator, time_sampler=time_sampler,
+                        states_per_call=states_per_call)
+
+
+def _monte_carlo(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
+                 num_samples: int | None, generator: torch.Generator | None, time_sampler: str,
+                 states_per_call: int) -> MonteCarloEstimate:
+    """Unbiased (``"n"``) or MDLM-protocol (``"t"``) estimate of sum_S w(S) g(S), per sequence.
+
+    Both use K stratified draws per sequence, u_k = (u + k) / K (one u per sequence for "n",
+    one per draw for "t"), and return the mean over k and stderr = std_k / sqrt(K) (conservative,
+    since stratification lowers the true variance).
+
+    "n": n_k = ceil(N u_k) (clamped to >= 1) is uniform on 1..N; mask exactly n_k units chosen
+    uniformly. With P(S) = 1 / (N binom(N, n)), the estimate N g(S) / n has expectation
+    sum_S g(S) / (n binom(N, n)) = sum_S w(S) g(S): unbiased, no truncation.
+
+    "t": MDLM's protocol. t_k = eps + (1 - eps) (u_k + k) / K with eps = 1e-3; each unit masked
+    independently with probability t_k; estimate g(S) / t_k (linear schedule, -alpha'/(1-alpha)
+    = 1/t). Since int_0^1 t^(n-1) (1 - t)^(N-n) dt = w(S), it would be unbiased for eps = 0; the
+    truncation at eps (and the 1/(1-eps) density) makes it biased by O(eps), as in MDLM.
+    """
+    if num_samples is None or num_samples < 2:
+        raise PrimebenchError(f"Monte Carlo needs num_samples >= 2, got {num_samples!r}",
+                              fix="pass num_samples=K with K >= 2 (standard error needs 2 draws)")
+    if time_sampler not in ("n", "t"):
+        raise PrimebenchError(f"unknown time_sampler {time_sampler!r}",
+                              fix='use "n" (unbiased, masked-count) or "t" (MDLM protocol)')
+    B, L = x0.shape
+    N, K = L * ell, num_samples
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=generator, dtype=torch.float64,
+                          device=gen_device).to(x0.device)
+
+    k = torch.arange(K, dtype=torch.float64, device=x0.device)
+    if time_sampler == "n":
+        u_k = (rand(B, 1) + k) / K  # (B, K)
+        n = torch.ceil(N * u_k).clamp(1, N)
+        rank = rand(B, K, N).argsort(-1).argsort(-1)  # uniform random permutation per draw
+        masked = rank < n[..., None]
+        weight = N / n
+    else:
+        t = T_SAMPLER_EPS + (1 - T_SAMPLER_EPS) * (rand(B, K) + k) / K
+        masked = rand(B, K, N) < t[..., None]
+        weight = 1.0 / t
+    scores = _score_masks(denoiser, x0, masked.reshape(B, K, L, ell), C=C, ell=ell,
+                          states_per_call=states_per_call)
+    g = scores.subtoken if which == "subtoken" else scores.token_joint  # (B, K)
+    estimates = weight.to(g.dtype) * g
+    return MonteCarloEstimate(estimates.mean(-1), estimates.std(-1) / math.sqrt(K))
