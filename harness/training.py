@@ -222,7 +222,7 @@ def train(
                         "(lower train.lr or raise train.warmup)"
                     )
                 loss.backward()
-                step_loss += float(loss)
+                step_loss += float(loss.detach())
             if cfg.train.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
             opt.step()

@@ -34,11 +34,19 @@ def train_cmd(config, overrides, out, resume, stop_after, device, as_json, quiet
         "tokens_seen": result.tokens_seen,
         "wall_s": round(result.wall_s, 2),
     }
+    if not _is_main_rank():
+        return
     if as_json:
         click.echo(json.dumps(summary))
     else:
         for key, value in summary.items():
             click.echo(f"{key:>14}: {value}")
+
+
+def _is_main_rank() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
 
 
 COMMANDS = [train_cmd]

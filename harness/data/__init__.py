@@ -1,0 +1,61 @@
+"""Data: text corpora, tokenizers, packing into rows, and images as pixel tokens.
+
+Everything runs offline by default (corpora and tokenizer files ship inside installed packages);
+``hf:`` specs are the only ones that need the network.
+
+The names below are re-exported lazily (PEP 562), so ``from harness.data import get_corpus``
+does not import torch; only packing and images need it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "cache_dir": "cache",
+    "CORPUS_KINDS": "corpora",
+    "Corpus": "corpora",
+    "corpus_info": "corpora",
+    "get_corpus": "corpora",
+    "parse_corpus_split": "corpora",
+    "TOKENIZER_KINDS": "tokenizers",
+    "Tokenizer": "tokenizers",
+    "get_tokenizer": "tokenizers",
+    "load_tokenizer": "tokenizers",
+    "Packed": "packing",
+    "get_packed": "packing",
+    "pack": "packing",
+    "tokenize_corpus": "packing",
+    "IMAGE_DATASETS": "images",
+    "ImageTokens": "images",
+    "get_image_dataset": "images",
+    "to_images": "images",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from harness.data.cache import cache_dir
+    from harness.data.corpora import (
+        CORPUS_KINDS,
+        Corpus,
+        corpus_info,
+        get_corpus,
+        parse_corpus_split,
+    )
+    from harness.data.images import IMAGE_DATASETS, ImageTokens, get_image_dataset, to_images
+    from harness.data.packing import Packed, get_packed, pack, tokenize_corpus
+    from harness.data.tokenizers import TOKENIZER_KINDS, Tokenizer, get_tokenizer, load_tokenizer
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'harness.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"harness.data.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

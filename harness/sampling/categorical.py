@@ -1,0 +1,182 @@
+"""The one categorical draw of primebench. Every sampler draws a category through :func:`sample_categorical`.
+
+Why one function: the precision of this draw changes published numbers (Zheng et al. 2409.02908
+Sec. 5.2-5.3: MDLM's float32 Gumbel draw lowers the effective temperature, Gen PPL 31 vs 126). So the
+precision is a single parameter, ``dtype``, and **the conversion of probabilities or logits to that
+dtype happens here and nowhere else**: callers pass model outputs in whatever dtype they have, and
+the precision audit is the same sampler, same seed, two dtypes.
+
+Methods (all take the argmax over the last dim, shapes ``(..., C) -> (...)``):
+
+* ``gumbel``       argmax(log p + G), G = -log(-log U)                 (Gumbel-max)
+* ``race``         argmax(p / E),     E = -log U                        (exponential race; equals
+                   Gumbel-max since log p - log E = log p + G)
+* ``mdlm-legacy``  argmax(p / (1e-10 - log(U + 1e-10)))                 (MDLM's ``_sample_categorical``,
+                   offsets included, with U drawn in ``dtype``: float32 reproduces MDLM's default)
+
+U is drawn by ``torch.rand`` in ``dtype``. Its values lie on a grid: k * 2^-24 for float32 and
+k * 2^-53 for float64 (k = 0 .. 2^b - 1). The largest value 1 - 2^-b caps the Gumbel noise at
+M = -log(-log(1 - 2^-b)) (16.64 in float32, 36.74 in float64): this is exactly the truncation that
+Zheng et al. analyse (see :mod:`harness.audit.gumbel`). The smallest value is 0, where -log U is
+infinite: ``gumbel`` and ``race`` draw U in [tiny, 1) with ``clamp_min(torch.finfo(dtype).tiny)``
+(a class whose U is 0 simply cannot win, as with U = 0 exactly; the clamp only avoids inf/NaN
+arithmetic). ``mdlm-legacy`` keeps MDLM's own 1e-10 offsets instead.
+
+Zero-probability classes (p = 0, or logit = -inf) get score -inf and are never drawn, whatever the
+method and however small the other scores are. Probabilities need not be normalised (every method is
+invariant to a positive scale per row); NaN, negative or infinite probabilities are an error.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import torch
+
+from harness.errors import PrimebenchError
+from harness.registry import Registry
+
+DTypeLike = Union[torch.dtype, str]
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+}
+
+
+def parse_dtype(dtype: DTypeLike) -> torch.dtype:
+    """``torch.float32`` / ``torch.float64`` or one of "float32", "fp32", "float64", "fp64"."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.float32, torch.float64):
+            return dtype
+    elif isinstance(dtype, str) and dtype.strip().lower().removeprefix("torch.") in _DTYPES:
+        return _DTYPES[dtype.strip().lower().removeprefix("torch.")]
+    raise PrimebenchError(
+        f"unsupported categorical sampling dtype {dtype!r}",
+        fix="use float32 (MDLM's default, truncated Gumbel noise) or float64 (the fair-evaluation setting)",
+    )
+
+
+def _draw_uniform(shape: torch.Size, *, dtype: torch.dtype, device: torch.device,
+                  generator: torch.Generator | None) -> torch.Tensor:
+    """U ~ Uniform[0, 1) in ``dtype`` on ``torch.rand``'s grid (kept separate so tests can audit it)."""
+    return torch.rand(shape, dtype=dtype, device=device, generator=generator)
+
+
+def _gumbel(p: torch.Tensor, log_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    u = u.clamp_min(torch.finfo(u.dtype).tiny)
+    return log_p - torch.log(-torch.log(u))
+
+
+def _race(p: torch.Tensor, log_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    u = u.clamp_min(torch.finfo(u.dtype).tiny)
+    return p / -torch.log(u)
+
+
+def _mdlm_legacy(p: torch.Tensor, log_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    # MDLM diffusion.py `_sample_categorical`, verbatim arithmetic (offsets included).
+    return p / (1e-10 - torch.log(u + 1e-10))
+
+
+_Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+_METHODS: Registry[_Scorer] = Registry("categorical sampling method")
+_METHODS.register("gumbel", _gumbel)
+_METHODS.register("race", _race)
+_METHODS.register("mdlm-legacy", _mdlm_legacy)
+
+METHODS: tuple[str, ...] = ("gumbel", "race", "mdlm-legacy")
+
+
+def _check_probs(probs: torch.Tensor) -> None:
+    if not probs.is_floating_point():
+        raise PrimebenchError(f"probs must be a floating tensor, got {probs.dtype}",
+                              fix="pass probabilities, or pass logits= instead")
+    if probs.shape[-1:] == (0,) or probs.dim() == 0:
+        raise PrimebenchError(f"probs must have a non-empty class dim (last), got shape {tuple(probs.shape)}")
+    if bool(torch.isnan(probs).any()):
+        raise PrimebenchError("probs contain NaN", fix="check the model output (log_softmax, then exp)")
+    if bool((probs < 0).any()):
+        raise PrimebenchError("probs contain negative values", fix="pass probabilities >= 0 (or logits=)")
+    if bool(torch.isinf(probs).any()):
+        raise PrimebenchError("probs contain inf", fix="pass finite probabilities (or logits=)")
+    if bool((probs.sum(-1) <= 0).any()):
+        raise PrimebenchError("a row of probs is all zero: there is no category to draw",
+                              fix="every row needs at least one positive probability")
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if not logits.is_floating_point():
+        raise PrimebenchError(f"logits must be a floating tensor, got {logits.dtype}")
+    if logits.shape[-1:] == (0,) or logits.dim() == 0:
+        raise PrimebenchError(f"logits must have a non-empty class dim (last), got shape {tuple(logits.shape)}")
+    if bool(torch.isnan(logits).any()):
+        raise PrimebenchError("logits contain NaN", fix="check the model output")
+    if bool((logits == float("inf")).any()):
+        raise PrimebenchError("logits contain +inf", fix="mask classes with -inf, never +inf")
+    if bool((logits == float("-inf")).all(-1).any()):
+        raise PrimebenchError("a row of logits is all -inf: there is no category to draw",
+                              fix="every row needs at least one finite logit")
+
+
+def sample_categorical(probs: torch.Tensor | None = None, logits: torch.Tensor | None = None, *,
+                       method: str = "gumbel", dtype: DTypeLike = torch.float64,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one category per row: ``(..., C) -> LongTensor (...)``.
+
+    Exactly one of ``probs`` (>= 0, need not be normalised) or ``logits`` (unnormalised log-probs,
+    -inf for impossible classes). ``method`` is one of :data:`METHODS`; ``dtype`` (float32/float64 or
+    their names) is the precision of the uniforms **and** of the scores: the input is converted to
+    it here, and only here. ``generator`` must live on the input's device; the same generator state
+    gives the same draws.
+    """
+    scorer = _METHODS.get(method)
+    dtype = parse_dtype(dtype)
+    if (probs is None) == (logits is None):
+        raise PrimebenchError("sample_categorical needs exactly one of probs= or logits=")
+    if probs is not None:
+        _check_probs(probs)
+        p = probs.to(dtype)
+        impossible = p == 0
+        log_p = torch.log(p) if method == "gumbel" else p  # log_p is unused by race/mdlm-legacy
+    else:
+        _check_logits(logits)
+        log_p = logits.to(dtype)
+        impossible = log_p == float("-inf")
+        p = torch.softmax(log_p, dim=-1) if method != "gumbel" else log_p
+    u = _draw_uniform(p.shape, dtype=dtype, device=p.device, generator=generator)
+    scores = scorer(p, log_p, u).masked_fill(impossible, float("-inf"))
+    return scores.argmax(dim=-1)
+
+
+def nucleus_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Top-p (nucleus) filtering over the last dim: keep the smallest set of most likely classes whose
+    mass is >= p (ties in the order of ``torch.sort``), zero the rest, renormalise. ``p = 1`` returns
+    ``probs`` unchanged. Works in the input's dtype (the sampling dtype is applied by
+    :func:`sample_categorical`)."""
+    if not 0.0 < p <= 1.0:
+        raise PrimebenchError(f"nucleus p must lie in (0, 1], got {p!r}", fix="use e.g. 0.9 or 1.0 (off)")
+    if p == 1.0:
+        return probs
+    _check_probs(probs)
+    q = probs / probs.sum(-1, keepdim=True)
+    sorted_q, order = torch.sort(q, dim=-1, descending=True)
+    mass_before = torch.cumsum(sorted_q, dim=-1) - sorted_q  # mass of strictly more likely classes
+    # A class is needed while the mass before it is still short of p; the slack makes a set whose
+    # mass equals p up to rounding (e.g. .5 + .3 for p = .8) count as reaching it.
+    keep_sorted = mass_before < p - 8 * torch.finfo(q.dtype).eps
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    kept = torch.where(keep, q, torch.zeros_like(q))
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Normalised log-probabilities ``log_softmax(logits / temperature)`` over the last dim."""
+    if not (temperature > 0 and temperature != float("inf")):
+        raise PrimebenchError(f"temperature must be a positive finite number, got {temperature!r}",
+                              fix="use 1.0 for no change; < 1 sharpens, > 1 flattens")
+    return torch.log_softmax(logits / temperature, dim=-1)
+
+
+__all__ = ["METHODS", "parse_dtype", "sample_categorical", "nucleus_filter", "apply_temperature"]

@@ -1,0 +1,77 @@
+import torch
+
+from harness.backbone import Backbone, BackboneConfig
+
+
+def _cfg(**kw):
+    base = dict(vocab_in=11, vocab_out=10, seq_len=12, d_model=32, n_layers=2, n_heads=4)
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
+def _randomize(model, std=0.1):
+    torch.manual_seed(0)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=std)
+    return model
+
+
+def test_shapes_and_time_conditioning():
+    b = Backbone(_cfg(time_conditioning=True))
+    x = torch.randint(0, 11, (3, 12))
+    assert b(x, torch.rand(3)).shape == (3, 12, 10)
+
+
+def test_causal_backbone_ignores_the_future():
+    b = _randomize(Backbone(_cfg(causal=True))).eval()
+    x = torch.randint(0, 11, (2, 12))
+    y = x.clone()
+    y[:, 7:] = (y[:, 7:] + 1) % 11
+    assert torch.allclose(b(x)[:, :7], b(y)[:, :7], atol=1e-6)
+    assert not torch.allclose(b(x)[:, 7:], b(y)[:, 7:])
+
+
+def test_bidirectional_backbone_sees_the_future():
+    b = _randomize(Backbone(_cfg(causal=False))).eval()
+    x = torch.randint(0, 11, (2, 12))
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % 11
+    assert not torch.allclose(b(x)[:, 0], b(y)[:, 0])
+
+
+def test_padding_is_never_attended():
+    b = _randomize(Backbone(_cfg())).eval()
+    x = torch.randint(0, 11, (1, 12))
+    mask = torch.ones(1, 12, dtype=torch.long)
+    mask[:, 8:] = 0
+    y = x.clone()
+    y[:, 8:] = (y[:, 8:] + 3) % 11
+    assert torch.allclose(b(x, attention_mask=mask)[:, :8], b(y, attention_mask=mask)[:, :8], atol=1e-6)
+
+
+def test_rotary_breaks_permutation_equivariance():
+    # without position information a bidirectional transformer is permutation-equivariant
+    b = _randomize(Backbone(_cfg()), std=0.5).eval()
+    x = torch.randint(0, 11, (1, 12))
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(1))
+    out, out_perm = b(x), b(x[:, perm])
+    assert not torch.allclose(out[:, perm], out_perm, atol=1e-2)
+    b.blocks[0].rotary.cos.fill_(1.0)
+    b.blocks[0].rotary.sin.fill_(0.0)  # identity rotation: equivariance comes back
+    assert torch.allclose(b(x)[:, perm], b(x[:, perm]), atol=1e-4)
+
+
+def test_zero_init_head_predicts_uniform():
+    b = Backbone(_cfg())
+    logits = b(torch.randint(0, 11, (2, 12)))
+    assert torch.all(logits == 0)
+
+
+def test_too_long_sequence_rejected():
+    b = Backbone(_cfg())
+    try:
+        b(torch.zeros(1, 13, dtype=torch.long))
+    except ValueError as exc:
+        assert "seq_len" in str(exc)
+    else:
+        raise AssertionError("expected a ValueError")

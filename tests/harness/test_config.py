@@ -1,0 +1,64 @@
+import pytest
+
+from harness.config import Config, apply_overrides, config_from_dict, load_config, preset_names
+from harness.errors import ConfigError
+
+
+def test_presets_exist_for_every_family():
+    names = preset_names()
+    for family in ("arm", "mdlm", "masked", "prime"):
+        assert f"tiny/{family}" in names
+        assert load_config(f"tiny/{family}").model.family == family
+
+
+def test_overrides_are_typed_and_dotted():
+    cfg = load_config("tiny/arm", ["train.steps=7", "train.lr=0.01", "model.d_model=32", "seed=3", "data.wrap=false"])
+    assert cfg.train.steps == 7 and cfg.train.lr == 0.01 and cfg.model.d_model == 32 and cfg.seed == 3
+    assert cfg.data.wrap is False
+    assert isinstance(cfg.train.lr, float)
+
+
+def test_unknown_key_gets_did_you_mean():
+    with pytest.raises(ConfigError) as exc:
+        load_config("tiny/arm", ["train.step=5"])
+    assert "train.step" in str(exc.value) and "steps" in str(exc.value)
+    with pytest.raises(ConfigError, match="unknown config key 'modle'"):
+        config_from_dict({"modle": {}})
+
+
+def test_wrong_type_and_choices_rejected():
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_config("tiny/arm", ["train.steps=many"])
+    with pytest.raises(ConfigError, match="precision"):
+        load_config("tiny/arm", ["train.precision=fp8"])
+    with pytest.raises(ConfigError, match="divisible"):
+        load_config("tiny/arm", ["model.d_model=30", "model.n_heads=4"])
+    with pytest.raises(ConfigError, match="ell"):
+        load_config("tiny/prime", ["model.ell=3"])  # 64 not divisible by 3
+
+
+def test_unknown_preset_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="tiny/arm"):
+        load_config("tiny/amr")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "nope.yaml"))
+
+
+def test_yaml_path_round_trip(tmp_path):
+    cfg = load_config("tiny/prime", ["train.steps=3"])
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(str(path)) == cfg
+    assert config_from_dict(cfg.to_dict()) == cfg
+
+
+def test_frozen():
+    cfg = Config()
+    with pytest.raises(Exception):
+        cfg.seed = 1  # type: ignore[misc]
+
+
+def test_apply_overrides_does_not_mutate():
+    data = {"train": {"steps": 1}}
+    out = apply_overrides(data, ["train.steps=2"])
+    assert data["train"]["steps"] == 1 and out["train"]["steps"] == 2
