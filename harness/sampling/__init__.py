@@ -11,3 +11,17 @@ from harness.sampling.categorical import (
 )
 
 __all__ = ["METHODS", "apply_temperature", "nucleus_filter", "parse_dtype", "sample_categorical"]
+from harness.sampling.output import SampleOutput, SamplerSettings  # noqa: E402
+from harness.sampling.samplers import (  # noqa: E402
+    SAMPLERS,
+    generate,
+    get_sampler,
+    sampler_for,
+    samplers_for,
+    token_by_token_sampler,
+)
+
+__all__ += [
+    "SAMPLERS", "SampleOutput", "SamplerSettings", "generate", "get_sampler", "sampler_for", "samplers_for",
+    "token_by_token_sampler",
+]

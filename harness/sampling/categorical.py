@@ -17,10 +17,11 @@ Methods (all take the argmax over the last dim, shapes ``(..., C) -> (...)``):
 U is drawn by ``torch.rand`` in ``dtype``. Its values lie on a grid: k * 2^-24 for float32 and
 k * 2^-53 for float64 (k = 0 .. 2^b - 1). The largest value 1 - 2^-b caps the Gumbel noise at
 M = -log(-log(1 - 2^-b)) (16.64 in float32, 36.74 in float64): this is exactly the truncation that
-Zheng et al. analyse (see :mod:`harness.audit.gumbel`). The smallest value is 0, where -log U is
-infinite: ``gumbel`` and ``race`` draw U in [tiny, 1) with ``clamp_min(torch.finfo(dtype).tiny)``
-(a class whose U is 0 simply cannot win, as with U = 0 exactly; the clamp only avoids inf/NaN
-arithmetic). ``mdlm-legacy`` keeps MDLM's own 1e-10 offsets instead.
+Zheng et al. analyse (see :mod:`harness.audit.gumbel`; ``tests/harness/test_categorical.py`` checks
+the grid). The smallest value is 0 (probability 2^-b), where log(0) would give -inf/NaN arithmetic:
+``gumbel`` and ``race`` use U in [tiny, 1) via ``clamp_min(torch.finfo(dtype).tiny)``, so U = 0 becomes
+G = -log(87.3) (float32) or -log(708.4) (float64) instead of -inf, a change of probability
+O(2^-b) that is far below the truncation at the top. ``mdlm-legacy`` keeps MDLM's 1e-10 offsets.
 
 Zero-probability classes (p = 0, or logit = -inf) get score -inf and are never drawn, whatever the
 method and however small the other scores are. Probabilities need not be normalised (every method is
@@ -95,11 +96,11 @@ def _check_probs(probs: torch.Tensor) -> None:
                               fix="pass probabilities, or pass logits= instead")
     if probs.shape[-1:] == (0,) or probs.dim() == 0:
         raise PrimebenchError(f"probs must have a non-empty class dim (last), got shape {tuple(probs.shape)}")
-    if bool(torch.isnan(probs).any()):
-        raise PrimebenchError("probs contain NaN", fix="check the model output (log_softmax, then exp)")
-    if bool((probs < 0).any()):
-        raise PrimebenchError("probs contain negative values", fix="pass probabilities >= 0 (or logits=)")
-    if bool(torch.isinf(probs).any()):
+    if not bool(((probs >= 0) & (probs < float("inf"))).all()):  # one pass; NaN fails both tests
+        if bool(torch.isnan(probs).any()):
+            raise PrimebenchError("probs contain NaN", fix="check the model output (log_softmax, then exp)")
+        if bool((probs < 0).any()):
+            raise PrimebenchError("probs contain negative values", fix="pass probabilities >= 0 (or logits=)")
         raise PrimebenchError("probs contain inf", fix="pass finite probabilities (or logits=)")
     if bool((probs.sum(-1) <= 0).any()):
         raise PrimebenchError("a row of probs is all zero: there is no category to draw",

@@ -1,0 +1,290 @@
+"""The sampler registry and :func:`generate`, the one entry point that draws samples from a model.
+
+    from harness.sampling import generate
+    out = generate(model, "ancestral", num_samples=8, steps=256, dtype="float64", generator=0)
+    out.tokens            # (8, L) token ids in [0, C)
+    out.nfe, out.idle_steps, out.protocol
+
+Samplers (registry ``SAMPLERS``, did-you-mean on a typo):
+
+* ``ancestral``      mdlm, masked, prime: T-step ancestral sampler with exact caching
+                     (:mod:`harness.sampling.ancestral`);
+* ``first-hitting``  mdlm, masked, prime: one unit per denoiser call (Zheng et al. Alg. 1)
+                     (:mod:`harness.sampling.first_hitting`);
+* ``maskgit``        mdlm, masked, prime: confidence-ordered parallel decoding
+                     (:mod:`harness.sampling.maskgit`);
+* ``autoregressive`` arm: left to right from a prefix or BOS (:mod:`harness.sampling.autoregressive`).
+
+Every categorical draw goes through :func:`harness.sampling.sample_categorical` with the given
+``method`` and ``dtype``; temperature and nucleus are applied to the token distribution first.
+The model is put in eval mode (and restored afterwards) and nothing records gradients.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from harness.errors import PrimebenchError
+from harness.registry import Registry
+from harness.sampling import ancestral, first_hitting
+from harness.sampling.autoregressive import run_autoregressive
+from harness.sampling.categorical import METHODS, parse_dtype
+from harness.sampling.maskgit import run_maskgit
+from harness.sampling.output import NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
+from harness.sampling.units import DIFFUSION_FAMILIES, UnitModel
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """A registered sampler: which families it serves and whether it takes a number of steps."""
+
+    name: str
+    families: tuple[str, ...]
+    uses_steps: bool
+    run: Callable[..., BatchResult]
+    about: str
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
+for _spec in (
+    SamplerSpec("ancestral", DIFFUSION_FAMILIES, True, ancestral.run_ancestral,
+                "T-step ancestral sampler on t_k = 1 - k(1 - t_end)/T, exact per-sample caching",
+                ancestral.NOTES),
+    SamplerSpec("first-hitting", DIFFUSION_FAMILIES, False, first_hitting.run_first_hitting,
+                "one masked unit per denoiser call at its first-hitting time (Zheng et al. Alg. 1)",
+                first_hitting.NOTES),
+    SamplerSpec("maskgit", DIFFUSION_FAMILIES, True, run_maskgit,
+                "confidence-ordered parallel decoding, ceil(M k / T) tokens decoded after step k"),
+    SamplerSpec("autoregressive", ("arm",), False, run_autoregressive,
+                "left to right from a prefix or BOS, L - P calls"),
+):
+    SAMPLERS.register(_spec.name, _spec)
+
+_DEFAULT = {"arm": "autoregressive", "mdlm": "ancestral", "masked": "ancestral", "prime": "ancestral"}
+_TOKEN_BY_TOKEN = {"arm": "autoregressive", "mdlm": "first-hitting", "masked": "first-hitting",
+                   "prime": "first-hitting"}
+
+
+def _family(model) -> str:
+    family = getattr(model, "family", None)
+    if family not in _DEFAULT:
+        raise PrimebenchError(f"no sampler knows the model family {family!r}",
+                              fix=f"sample from one of the families {', '.join(sorted(_DEFAULT))}")
+    return family
+
+
+def sampler_for(model) -> str:
+    """The default sampler of a model's family: ``autoregressive`` for the ARM, else ``ancestral``."""
+    return _DEFAULT[_family(model)]
+
+
+def token_by_token_sampler(model) -> str:
+    """The one-unit-per-call sampler of a family (the precision audit's control): ARM or first-hitting."""
+    return _TOKEN_BY_TOKEN[_family(model)]
+
+
+def samplers_for(family: str) -> list[str]:
+    """Names of the registered samplers that support ``family``."""
+    return [name for name in SAMPLERS.names() if family in SAMPLERS.get(name).families]
+
+
+def get_sampler(name: str, model) -> SamplerSpec:
+    """The registered sampler ``name``, checked against the model's family (clear error otherwise)."""
+    spec = SAMPLERS.get(name)
+    family = _family(model)
+    if family not in spec.families:
+        raise PrimebenchError(
+            f"sampler {name!r} does not support the {family!r} model family",
+            fix=f"samplers for {family}: {', '.join(samplers_for(family))}",
+        )
+    return spec
+
+
+def _generator(generator: torch.Generator | int | None, device: torch.device) -> torch.Generator | None:
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, bool) or not isinstance(generator, int):
+        raise PrimebenchError(f"generator must be a torch.Generator, an int seed or None, got {generator!r}")
+    return torch.Generator(device=device).manual_seed(generator)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PrimebenchError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) -> torch.Tensor | None:
+    """Validate ``prefix`` (N or 1, P); the ARM falls back to one BOS token."""
+    L, C = int(model.seq_len), int(model.vocab_size)
+    if spec.name == "autoregressive":
+        if prefix is None and bos_id is None:
+            raise PrimebenchError(
+                "the autoregressive sampler needs a first token: the ARM does not know its BOS id",
+                fix="pass bos_id= (the tokenizer's BOS, e.g. tokenizer.bos_id) or prefix=",
+            )
+        if prefix is not None and bos_id is not None:
+            raise PrimebenchError("pass either prefix= or bos_id=, not both",
+                                  fix="put the BOS token at the start of the prefix")
+        if prefix is None:
+            if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < C:
+                raise PrimebenchError(f"bos_id must be a token id in [0, {C}), got {bos_id!r}")
+            prefix = torch.full((1, 1), bos_id, dtype=torch.long)
+    if prefix is None:
+        return None
+    prefix = torch.as_tensor(prefix)
+    if prefix.dim() != 2 or prefix.dtype != torch.long or prefix.shape[0] not in (1, num_samples):
+        raise PrimebenchError(
+            f"prefix must be an int64 tensor of shape (1 or num_samples={num_samples}, P), "
+            f"got {prefix.dtype} {tuple(prefix.shape)}",
+            fix="pass torch.tensor([[id, id, ...]]) (one prefix for all) or one row per sample",
+        )
+    if prefix.shape[1] >= L:
+        raise PrimebenchError(f"prefix length {prefix.shape[1]} leaves nothing to generate (seq_len={L})",
+                              fix=f"use a prefix shorter than {L} tokens")
+    if prefix.numel() and (int(prefix.min()) < 0 or int(prefix.max()) >= C):
+        raise PrimebenchError(f"prefix ids must lie in [0, {C}), got [{int(prefix.min())}, {int(prefix.max())}]",
+                              fix="tokenize the prefix with the model's tokenizer")
+    return prefix
+
+
+def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype, method, noise_removal,
+              cache, t_end) -> SamplerSettings:
+    if spec.uses_steps:
+        steps = int(model.seq_len) if steps is None else _positive_int("steps", steps)
+    elif steps is not None:
+        raise PrimebenchError(f"sampler {spec.name!r} takes one step per generated unit; steps={steps!r} does not apply",
+                              fix="leave steps unset for first-hitting and autoregressive sampling")
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
+        raise PrimebenchError(f"temperature must be a positive finite number, got {temperature!r}")
+    if not (isinstance(nucleus_p, (int, float)) and 0 < nucleus_p <= 1):
+        raise PrimebenchError(f"nucleus_p must lie in (0, 1], got {nucleus_p!r}", fix="1.0 turns nucleus sampling off")
+    if method not in METHODS:
+        raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
+    if noise_removal not in NOISE_REMOVAL:
+        raise PrimebenchError(f"noise_removal must be one of {NOISE_REMOVAL}, got {noise_removal!r}")
+    if not (isinstance(t_end, (int, float)) and 0.0 <= t_end < 1.0):
+        raise PrimebenchError(f"t_end must lie in [0, 1), got {t_end!r}", fix="0 (default) or MDLM's 1e-5")
+    if cache is None:
+        cache = not bool(getattr(model, "time_conditioning", False))
+    return SamplerSettings(steps=steps, temperature=float(temperature), nucleus_p=float(nucleus_p),
+                           dtype=parse_dtype(dtype), method=method, noise_removal=noise_removal,
+                           cache=bool(cache) and spec.name == "ancestral", t_end=float(t_end))
+
+
+def _merge(batches: list[BatchResult], wall: list[float]):
+    stats: dict[str, Any] = {}
+    for key in batches[0].counts:
+        stats[key] = sum(b.counts[key] for b in batches)
+    for key in batches[0].per_sample:
+        stats[key] = torch.cat([b.per_sample[key] for b in batches])
+    per_sample_wall = torch.cat([
+        torch.full((b.tokens.shape[0],), w / b.tokens.shape[0], dtype=torch.float64) for b, w in zip(batches, wall)
+    ])
+    cat = lambda name: torch.cat([getattr(b, name).cpu() for b in batches])  # noqa: E731
+    return cat("tokens"), cat("nfe"), cat("idle_steps"), cat("steps"), per_sample_wall, stats
+
+
+def generate(
+    model,
+    sampler: str | None = None,
+    *,
+    num_samples: int,
+    batch_size: int = 16,
+    steps: int | None = None,
+    temperature: float = 1.0,
+    nucleus_p: float = 1.0,
+    dtype: str | torch.dtype = "float64",
+    method: str = "gumbel",
+    noise_removal: str = "argmax",
+    cache: bool | None = None,
+    generator: torch.Generator | int | None = None,
+    prefix: torch.Tensor | None = None,
+    bos_id: int | None = None,
+    t_end: float = 0.0,
+) -> SampleOutput:
+    """Draw ``num_samples`` sequences of the model's length L, in batches of ``batch_size``.
+
+    ``sampler``: a registered name, default :func:`sampler_for` (ancestral; autoregressive for the
+    ARM). ``steps``: T for ancestral and maskgit (default L); must be unset for the token-by-token
+    samplers. ``dtype``/``method``: precision and method of every categorical draw. ``cache``: None
+    means on for time-independent networks (exact) and off for time-conditioned ones (reuse would
+    use a stale t); True forces it and records ``cache_exact=False`` for those. ``generator``: a
+    torch.Generator on the model's device or an int seed (same seed -> same samples). ``prefix``:
+    (N or 1, P) token ids kept fixed at the first P positions (never masked, never changed).
+    ``bos_id``: the ARM's first token when no prefix is given (other samplers ignore it).
+    ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest).
+    The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
+    """
+    name = sampler or sampler_for(model)
+    spec = get_sampler(name, model)
+    num_samples = _positive_int("num_samples", num_samples)
+    batch_size = _positive_int("batch_size", batch_size)
+    settings = _settings(model, spec, steps=steps, temperature=temperature, nucleus_p=nucleus_p, dtype=dtype,
+                         method=method, noise_removal=noise_removal, cache=cache, t_end=t_end)
+    prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
+    device = model.device
+    gen = _generator(generator, device)
+    target = model if spec.name == "autoregressive" else UnitModel(model)
+
+    was_training = model.training
+    model.eval()
+    batches, wall = [], []
+    try:
+        with torch.no_grad():
+            for start in range(0, num_samples, batch_size):
+                rows = min(batch_size, num_samples - start)
+                rows_prefix = None
+                if prefix is not None:
+                    rows_prefix = prefix.expand(rows, -1) if prefix.shape[0] == 1 else prefix[start:start + rows]
+                    rows_prefix = rows_prefix.to(device)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                began = time.perf_counter()
+                batches.append(spec.run(target, rows, settings, gen, rows_prefix))
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                wall.append(time.perf_counter() - began)
+    finally:
+        model.train(was_training)
+
+    tokens, nfe, idle, steps_done, wall_s, stats = _merge(batches, wall)
+    if model.family == "prime" and not model.carry_over:
+        stats.update(spec.notes)
+    time_cond = bool(getattr(model, "time_conditioning", False))
+    protocol = {
+        "sampler": spec.name,
+        "family": model.family,
+        "steps": settings.steps if spec.uses_steps else "one per generated unit",
+        "dtype": str(settings.dtype).removeprefix("torch."),
+        "method": settings.method,
+        "temperature": settings.temperature,
+        "nucleus_p": settings.nucleus_p,
+        "noise_removal": settings.noise_removal if spec.name == "ancestral" else None,
+        "cache": settings.cache,
+        "cache_exact": (not time_cond) if settings.cache else None,
+        "grid": ({"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
+                 if spec.name == "ancestral" else None),
+        "num_samples": num_samples,
+        "batch_size": batch_size,
+        "seq_len": int(model.seq_len),
+        "vocab_size": int(model.vocab_size),
+        "ell": int(getattr(model, "ell", 1)) if model.family == "prime" else 1,
+        "carry_over": bool(getattr(model, "carry_over", True)) if model.family == "prime" else None,
+        "time_conditioning": time_cond,
+        "prefix_len": 0 if prefix is None else int(prefix.shape[1]),
+        "bos_id": bos_id if spec.name == "autoregressive" else None,
+        "seeded": gen is not None,
+        "device": str(device),
+    }
+    return SampleOutput(tokens=tokens, nfe=nfe, idle_steps=idle, steps=steps_done, wall_s=wall_s,
+                        stats=stats, protocol=protocol)
+
+
+__all__ = ["SAMPLERS", "SamplerSpec", "generate", "get_sampler", "sampler_for", "samplers_for",
+           "token_by_token_sampler"]
