@@ -33,3 +33,10 @@ def progress(disable: bool = False):
     )
     with bar:
         yield bar
+
+
+def stdout_console() -> Console:
+    """Console for results on stdout; wide when piped so tables are not wrapped mid-label."""
+    import sys
+
+    return Console(width=None if sys.stdout.isatty() else 160)

@@ -1,6 +1,9 @@
-"""``primebench eval``: evaluations of checkpoints."""
+"""``primebench eval``: evaluations of checkpoints, each writing a result record."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import click
 
@@ -8,6 +11,75 @@ import click
 @click.group("eval")
 def eval_group():
     """Evaluate checkpoints: perplexity and bounds (ppl)."""
+
+
+def emit_record(record: dict, *, out: Path | None, as_json: bool, render) -> None:
+    """Write the record under ``out`` (if given), then print JSON or a human table to stdout."""
+    from harness.logging import console
+
+    if out is not None:
+        from harness.records import write_record
+
+        path = write_record(record, out)
+        console().log(f"record written to {path}")
+    if as_json:
+        click.echo(json.dumps(record, indent=2, default=str))
+    else:
+        render(record)
+
+
+def render_ppl(record: dict) -> None:
+    from harness.logging import stdout_console
+    from rich.table import Table
+
+    p = record["protocol"]
+    table = Table(title=f"{record['model']['name']} ({record['model']['family']}) on {p['data']}")
+    for col in ("metric", "kind", "value", "± stderr", "units"):
+        table.add_column(col)
+    for name, m in record["metrics"].items():
+        mark = "<= " if m["kind"] == "bound" else ""
+        label = "paper objective (not a bound)" if m["kind"] == "paper-objective" else m["kind"]
+        se = "n/a" if m["stderr"] is None else f"{m['stderr']:.4f}"
+        table.add_row(name, label, f"{mark}{m['value']:.4f}", se, m["units"])
+    console = stdout_console()
+    console.print(table)
+    console.print(
+        f"tokens scored {p['tokens_scored']:.0f} in {p['rows_scored']} rows of L={p['seq_len']} "
+        f"({p['tokenizer']}, wrap={p['packing'].get('wrap')}, eos_between_docs={p['packing'].get('eos_between_docs')}); "
+        f"{p['token_convention']}; stderr: {p['stderr_method']}"
+    )
+
+
+@eval_group.command("ppl")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--data", default=None, help="CORPUS[:SPLIT], a zero-shot preset (ptb, wikitext2, ...), or PRESET@PATH. [default: the checkpoint's validation split]")
+@click.option("--seq-len", type=int, default=None, help="Row length L [default: the model's].")
+@click.option("--wrap/--no-wrap", default=None, help="MDLM wrapping into [BOS] chunk [EOS] rows, or one document per row [default: as trained].")
+@click.option("--eos-between-docs/--no-eos-between-docs", default=None, help="EOS after every document when wrapping [default: the preset's, else as trained].")
+@click.option("--remainder", type=click.Choice(["drop", "pad"]), default=None, help="Last partial row: drop (MDLM) or pad.")
+@click.option("--mc-samples", "-K", type=int, default=1, show_default=True, help="Monte-Carlo corruptions per sequence (diffusion families).")
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--estimator", type=click.Choice(["default", "subtoken", "token_joint", "both"]), default="default", show_default=True, help="Prime: subtoken bound, paper objective, or both side by side.")
+@click.option("--time-sampler", type=click.Choice(["t", "n"]), default=None, help="t: MDLM time draw; n: exact mask count [default: the family's].")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-rows", type=int, default=None, help="Score only the first N rows (recorded).")
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_samples, batch_size, estimator, time_sampler, seed, max_rows, device, out, as_json):
+    """Perplexity of CHECKPOINT: exact for the ARM, a bound for MDLM/masked/Prime (and Prime's paper objective)."""
+    from harness.evaluation.ppl import run_ppl
+
+    if mc_samples < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--mc-samples")
+    if batch_size < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--batch-size")
+    record = run_ppl(
+        checkpoint, data=data, seq_len=seq_len, wrap=wrap, eos_between_docs=eos_between_docs, remainder=remainder,
+        mc_samples=mc_samples, batch_size=batch_size, estimator=estimator, time_sampler=time_sampler, seed=seed,
+        max_rows=max_rows, device=device,
+    )
+    emit_record(record, out=out, as_json=as_json, render=render_ppl)
 
 
 COMMANDS = [eval_group]

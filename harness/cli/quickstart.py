@@ -50,7 +50,7 @@ def quickstart_cmd(out, force, as_json):
     """Train a small ARM on the embedded Wikipedia text and print its exact validation perplexity."""
     import shutil
 
-    from rich.console import Console
+    from harness.logging import stdout_console
     from rich.table import Table
 
     from harness.config import load_config
@@ -95,7 +95,7 @@ def quickstart_cmd(out, force, as_json):
                 r["model"], r["kind"], f"{mark}{r['nll_nats_per_token']:.4f} ± {r['stderr']:.4f}",
                 f"{mark}{r['ppl']:.2f}", f"{int(r['tokens'])}", r["tokenizer"], str(r["seq_len"]),
             )
-        Console().print(table)
+        stdout_console().print(table)
     console().log(f"[quickstart] done in {time.time() - t0:.0f} s; outputs in {out}")
 
 

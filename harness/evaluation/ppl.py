@@ -15,7 +15,12 @@ import torch
 
 @dataclass(frozen=True)
 class PerplexityResult:
-    """Token-weighted NLL over a dataset. ``nll`` in nats per token; ``kind`` as in :class:`harness.results.NLL`."""
+    """Token-weighted NLL over a dataset. ``nll`` in nats per token; ``kind`` as in :class:`harness.results.NLL`.
+
+    ``stderr_method``: "exact" (no Monte-Carlo error), "per-sequence" (from the K > 1 samples of
+    each sequence) or "between-sequence" (K = 1: the spread of the per-sequence estimates, which
+    also contains the variation between sequences and so overstates the Monte-Carlo error).
+    """
 
     nll: float
     stderr: float
@@ -23,6 +28,7 @@ class PerplexityResult:
     sequences: int
     kind: str
     num_samples: int
+    stderr_method: str = "exact"
 
     @property
     def ppl(self) -> float:
@@ -44,6 +50,9 @@ class NLLAccumulator:
         self.var = torch.zeros((), dtype=torch.float64)
         self.tokens = torch.zeros((), dtype=torch.float64)
         self.sequences = 0
+        self.sum_x = torch.zeros((), dtype=torch.float64)
+        self.sum_x2 = torch.zeros((), dtype=torch.float64)
+        self.per_sequence_se = True
         self.kind: str | None = None
         self.num_samples = 1
 
@@ -53,16 +62,32 @@ class NLLAccumulator:
         self.kind = result.kind
         self.num_samples = result.num_samples
         self.nats += result.nats.detach().double().sum().cpu()
-        self.var += (result.stderr.detach().double() ** 2).sum().cpu()
+        se = result.stderr.detach().double().cpu()
+        if torch.isnan(se).any():
+            self.per_sequence_se = False
+        else:
+            self.var += (se**2).sum()
+        x = result.nats.detach().double().cpu()
+        self.sum_x += x.sum()
+        self.sum_x2 += (x**2).sum()
         self.tokens += torch.as_tensor(result.tokens).double().sum().cpu()
         self.sequences += int(result.nats.numel())
 
     def compute(self) -> PerplexityResult:
         if self.tokens <= 0:
             raise ValueError("no tokens were scored")
+        if self.kind == "exact":
+            stderr, method = 0.0, "exact"
+        elif self.per_sequence_se:
+            stderr, method = float(self.var.sqrt() / self.tokens), "per-sequence"
+        else:
+            n = self.sequences
+            var = (self.sum_x2 - self.sum_x**2 / n) / max(n - 1, 1)
+            stderr, method = float((n * var.clamp_min(0)).sqrt() / self.tokens), "between-sequence"
         return PerplexityResult(
             nll=float(self.nats / self.tokens),
-            stderr=float(self.var.sqrt() / self.tokens),
+            stderr=stderr,
+            stderr_method=method,
             tokens=float(self.tokens),
             sequences=self.sequences,
             kind=self.kind or "exact",
@@ -90,3 +115,134 @@ def evaluate_nll(
         m = None if attention_mask is None else attention_mask[start : start + batch_size].to(model.device)
         acc.update(model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **(nll_kwargs or {})))
     return acc.compute()
+
+
+TOKEN_CONVENTION = {
+    "arm": "exact NLL of the L-1 shifted targets of each row (the first token is given), as MDLM's AR baseline",
+    "diffusion": "all L positions of each row are scored, BOS/EOS included, as MDLM's NELBO",
+}
+
+ESTIMATORS = {
+    "arm": ("exact",),
+    "mdlm": ("bound",),
+    "masked": ("bound",),
+    "prime": ("subtoken", "token_joint"),
+}
+
+
+def _estimator_plan(family: str, estimator: str) -> list[tuple[str, dict, str]]:
+    """[(metric suffix, nll kwargs, label)] for the family and the requested estimator."""
+    if family != "prime":
+        if estimator not in ("default", "both", "subtoken"):
+            raise ValueError(f"--estimator {estimator!r} only applies to prime checkpoints; this is {family!r}")
+        return [("", {}, "exact" if family == "arm" else "bound")]
+    if estimator in ("default", "subtoken"):
+        return [("", {"estimator": "subtoken"}, "bound")]
+    if estimator == "token_joint":
+        return [("_token_joint", {"estimator": "token_joint"}, "paper-objective")]
+    if estimator == "both":
+        return [("", {"estimator": "subtoken"}, "bound"), ("_token_joint", {"estimator": "token_joint"}, "paper-objective")]
+    raise ValueError(f"unknown estimator {estimator!r}: use subtoken, token_joint or both")
+
+
+def run_ppl(
+    checkpoint,
+    *,
+    data: str | None = None,
+    seq_len: int | None = None,
+    wrap: bool | None = None,
+    eos_between_docs: bool | None = None,
+    remainder: str | None = None,
+    mc_samples: int = 1,
+    batch_size: int = 16,
+    estimator: str = "default",
+    time_sampler: str | None = None,
+    seed: int = 0,
+    max_rows: int | None = None,
+    device: str = "cpu",
+) -> dict:
+    """Evaluate a checkpoint's perplexity (or bound) on a dataset and return a result record."""
+    import time as _time
+    from pathlib import Path
+
+    from harness import load
+    from harness.data import get_corpus, get_packed, parse_corpus_split
+    from harness.errors import DataError
+    from harness.records import Metric, make_record, model_block
+
+    t0 = _time.time()
+    model, tokenizer, cfg = load(checkpoint, device=device)
+    if tokenizer is None:
+        from harness.data import get_tokenizer
+
+        tokenizer = get_tokenizer(cfg.data.tokenizer)
+    d = cfg.data
+    spec = data or f"{d.corpus}:{d.valid_split}"
+    L = seq_len or model.seq_len
+    if L > model.seq_len:
+        raise DataError(
+            f"--seq-len {L} is longer than the model's sequence length {model.seq_len}",
+            fix=f"use --seq-len <= {model.seq_len}",
+        )
+    from harness.data.zeroshot import resolve_dataset
+
+    dataset = resolve_dataset(spec, default_split=d.valid_split)
+    packing = dict(
+        wrap=d.wrap if wrap is None else wrap,
+        eos_between_docs=(dataset.eos_between_docs if dataset.eos_between_docs is not None else d.eos_between_docs)
+        if eos_between_docs is None
+        else eos_between_docs,
+        remainder=remainder or d.remainder,
+    )
+    packed = get_packed(dataset.corpus, dataset.split, tokenizer=tokenizer, seq_len=L, **packing)
+    ids, mask = packed.input_ids, packed.attention_mask
+    if max_rows is not None:
+        ids, mask = ids[:max_rows], mask[:max_rows]
+    family = model.family
+    plan = _estimator_plan(family, estimator)
+    metrics: dict[str, Metric] = {}
+    results = {}
+    sampler = time_sampler or getattr(model, "default_nll_sampler", "t")
+    for suffix, kwargs, label in plan:
+        kw = dict(kwargs)
+        if family != "arm":
+            kw["time_sampler"] = sampler
+        res = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed, nll_kwargs=kw)
+        kind = res.kind
+        results[suffix] = res
+        metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, kind, "nats/token")
+        metrics[f"ppl{suffix}"] = Metric(res.ppl, res.ppl * res.stderr, kind, "perplexity")
+    first = results[plan[0][0]]
+    protocol = {
+        "dataset": dataset.name,
+        "data": spec,
+        "split": dataset.split,
+        "detokenizer": dataset.detokenizer,
+        "packing": packed.protocol,
+        "rows_scored": int(ids.shape[0]),
+        "max_rows": max_rows,
+        "tokenizer": tokenizer.spec,
+        "seq_len": L,
+        "token_convention": TOKEN_CONVENTION["arm" if family == "arm" else "diffusion"],
+        "tokens_scored": first.tokens,
+        "batch_size": batch_size,
+        "mc_samples": mc_samples if family != "arm" else None,
+        "time_sampler": None if family == "arm" else {
+            "t": "one t per sequence in [1e-3, 1], stratified over the batch (K=1) or over K samples; weight -alpha'/(1-alpha)",
+            "n": "exact mask count n = ceil(N u), stratified; weight N/n (unbiased for a time-independent network)",
+        }[sampler] + f" [{sampler}]",
+        "stderr_method": first.stderr_method,
+        "schedule": model.hparams.get("schedule"),
+        "estimators": {suffix or "nll": label for suffix, _, label in plan},
+    }
+    if family == "prime":
+        protocol.update(ell=model.ell, base=model.base, carry_over=model.carry_over)
+    return make_record(
+        "ppl",
+        model=model_block(Path(checkpoint), cfg),
+        metrics=metrics,
+        protocol=protocol,
+        seed=seed,
+        device=device,
+        wall_s=_time.time() - t0,
+    )

@@ -1,0 +1,180 @@
+"""Result records: every evaluation writes one JSON document; tables are views of records.
+
+Schema ``primebench-record/1``::
+
+    {
+      "schema": "primebench-record/1",
+      "evaluation": "ppl" | "genppl" | "zeroshot" | "precision" | "idle" | "bound" | "fid" | ...,
+      "model":  {"name", "family", "checkpoint", "checkpoint_sha256", "config"},
+      "metrics": {NAME: {"value", "stderr", "kind", "units"}},   # kind: exact | bound | paper-objective | estimate
+      "protocol": {...every setting that moves the number...},
+      "provenance": {"seed", "packages", "git_revision", "device", "wall_s", "created", "command", "harness_version"}
+    }
+
+``stderr`` is ``null`` when it cannot be estimated (for example one Monte-Carlo sample per
+sequence) and ``0`` for exact numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.errors import PrimebenchError
+from harness.results import KINDS
+
+SCHEMA = "primebench-record/1"
+_PACKAGES = ("torch", "transformers", "lm_eval", "tokenizers", "torchmetrics", "torch-fidelity", "numpy", "primebench")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number with its standard error, what it is, and its units."""
+
+    value: float
+    stderr: float | None
+    kind: str
+    units: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"metric kind must be one of {KINDS}, got {self.kind!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        se = None if self.stderr is None or (isinstance(self.stderr, float) and math.isnan(self.stderr)) else float(self.stderr)
+        return {"value": float(self.value), "stderr": se, "kind": self.kind, "units": self.units}
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_revision() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def device_description(device) -> str:
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(dev)}"
+    return f"cpu:{platform.machine()}:{torch.get_num_threads()} threads"
+
+
+def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, family: str | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {"name": name, "family": family}
+    if checkpoint is not None:
+        checkpoint = Path(checkpoint)
+        block["checkpoint"] = str(checkpoint)
+        weights = checkpoint / "model.safetensors"
+        block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
+    if cfg is not None:
+        block["config"] = cfg.to_dict()
+        block["family"] = family or cfg.model.family
+        block["name"] = name or cfg.name
+    return block
+
+
+def make_record(
+    evaluation: str,
+    *,
+    model: dict[str, Any],
+    metrics: dict[str, Metric],
+    protocol: dict[str, Any],
+    seed: int | None,
+    device: str = "cpu",
+    wall_s: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    record = {
+        "schema": SCHEMA,
+        "evaluation": evaluation,
+        "model": model,
+        "metrics": {k: v.to_dict() for k, v in metrics.items()},
+        "protocol": protocol,
+        "provenance": {
+            "seed": seed,
+            "packages": package_versions(),
+            "git_revision": git_revision(),
+            "device": device_description(device),
+            "wall_s": None if wall_s is None else round(float(wall_s), 3),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["primebench", *sys.argv[1:]]) if sys.argv and "primebench" in Path(sys.argv[0]).name else None,
+            "harness_version": package_versions().get("primebench"),
+        },
+    }
+    if extra:
+        record.update(extra)
+    return record
+
+
+def record_filename(record: dict[str, Any]) -> str:
+    name = (record.get("model") or {}).get("name") or "model"
+    digest = hashlib.sha256(json.dumps(record["protocol"], sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{record['evaluation']}-{name}-{digest}.json".replace("/", "_")
+
+
+def write_record(record: dict[str, Any], out_dir: Path) -> Path:
+    """Write atomically into ``out_dir`` and return the path; never overwrites another record."""
+    from harness.checkpoint import atomic_write_text
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / record_filename(record)
+    n = 1
+    while path.exists():
+        path = out_dir / f"{path.stem.rsplit('~', 1)[0]}~{n}.json"
+        n += 1
+    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    return path
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise PrimebenchError(f"record {str(path)!r} does not exist", fix="pass JSON files written with --out")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PrimebenchError(f"record {str(path)!r} is not valid JSON ({exc})", fix="re-run the evaluation with --out") from exc
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise PrimebenchError(
+            f"{str(path)!r} is not a primebench record (schema {record.get('schema') if isinstance(record, dict) else None!r})",
+            fix=f"records carry \"schema\": \"{SCHEMA}\"",
+        )
+    for key in ("evaluation", "metrics", "protocol", "provenance"):
+        if key not in record:
+            raise PrimebenchError(f"record {str(path)!r} lacks {key!r}", fix="re-run the evaluation with --out")
+    return record

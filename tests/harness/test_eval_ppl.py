@@ -1,0 +1,74 @@
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.evaluation.ppl import NLLAccumulator, run_ppl
+from harness.results import NLL
+
+
+def test_accumulator_is_token_weighted_and_batch_invariant():
+    import torch
+
+    nats = torch.tensor([10.0, 20.0, 30.0], dtype=torch.float64)
+    tokens = torch.tensor([5.0, 10.0, 20.0], dtype=torch.float64)
+    se = torch.tensor([1.0, 2.0, 2.0], dtype=torch.float64)
+    one = NLLAccumulator()
+    one.update(NLL(nats=nats, tokens=tokens, kind="bound", stderr=se, num_samples=4))
+    split = NLLAccumulator()
+    for i in range(3):
+        split.update(NLL(nats=nats[i : i + 1], tokens=tokens[i : i + 1], kind="bound", stderr=se[i : i + 1], num_samples=4))
+    a, b = one.compute(), split.compute()
+    assert a.nll == pytest.approx(60 / 35) and b.nll == pytest.approx(a.nll)
+    assert a.stderr == pytest.approx(3 / 35) and b.stderr == pytest.approx(a.stderr)
+    assert a.stderr_method == "per-sequence"
+
+
+def test_arm_ppl_exact_and_independent_of_batch_size(trained):
+    recs = [run_ppl(trained("arm"), batch_size=bs, max_rows=10) for bs in (1, 3, 10)]
+    values = [r["metrics"]["nll"]["value"] for r in recs]
+    assert values[0] == pytest.approx(values[1], abs=1e-6) == pytest.approx(values[2], abs=1e-6)
+    rec = recs[0]
+    assert rec["metrics"]["nll"]["kind"] == "exact" and rec["metrics"]["nll"]["stderr"] == 0.0
+    assert rec["protocol"]["tokens_scored"] == 10 * 63  # L - 1 targets per row
+    assert math.isclose(rec["metrics"]["ppl"]["value"], math.exp(values[0]))
+
+
+def test_mdlm_bound_batch_size_only_moves_mc_noise(trained):
+    a = run_ppl(trained("mdlm"), batch_size=2, mc_samples=8, max_rows=8, seed=1)["metrics"]["nll"]
+    b = run_ppl(trained("mdlm"), batch_size=8, mc_samples=8, max_rows=8, seed=2)["metrics"]["nll"]
+    assert a["kind"] == b["kind"] == "bound"
+    assert abs(a["value"] - b["value"]) < 4 * math.hypot(a["stderr"], b["stderr"])
+
+
+def test_single_sample_uses_between_sequence_stderr(trained):
+    rec = run_ppl(trained("masked"), max_rows=8)
+    assert rec["protocol"]["stderr_method"] == "between-sequence"
+    assert rec["protocol"]["tokens_scored"] == 8 * 64  # diffusion scores all L positions
+    assert rec["metrics"]["nll"]["stderr"] > 0
+
+
+def test_prime_both_estimators_labelled(trained):
+    rec = run_ppl(trained("prime"), estimator="both", mc_samples=4, max_rows=4)
+    m = rec["metrics"]
+    assert m["nll"]["kind"] == "bound" and m["nll_token_joint"]["kind"] == "paper-objective"
+    assert rec["protocol"]["ell"] == 2 and rec["protocol"]["base"] == 17
+
+
+def test_cli_json_out_and_errors(trained, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, ["eval", "ppl", str(trained("prime")), "--max-rows", "2", "--estimator", "both", "--json", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    assert set(rec["metrics"]) == {"nll", "ppl", "nll_token_joint", "ppl_token_joint"}
+    assert len(list(tmp_path.glob("ppl-*.json"))) == 1
+    human = runner.invoke(main, ["eval", "ppl", str(trained("prime")), "--max-rows", "2", "--estimator", "both"])
+    assert human.exit_code == 0 and "paper objective (not a bound)" in human.stdout and "<=" in human.stdout
+    too_long = runner.invoke(main, ["eval", "ppl", str(trained("arm")), "--seq-len", "4096"])
+    assert too_long.exit_code == 2 and "longer than the model" in too_long.output
+    missing = runner.invoke(main, ["eval", "ppl", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    wrong = runner.invoke(main, ["eval", "ppl", str(trained("arm")), "--estimator", "token_joint"])
+    assert wrong.exit_code == 2 and "only applies to prime" in wrong.output
