@@ -72,3 +72,16 @@ def test_cli_json_out_and_errors(trained, tmp_path):
     assert missing.exit_code == 2 and "does not exist" in missing.output
     wrong = runner.invoke(main, ["eval", "ppl", str(trained("arm")), "--estimator", "token_joint"])
     assert wrong.exit_code == 2 and "only applies to prime" in wrong.output
+
+
+def test_zeroshot_preset_from_local_copy(trained):
+    from pathlib import Path
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "zeroshot" / "ptb.txt"
+    rec = run_ppl(trained("arm"), data=f"ptb@{fixture}", seq_len=32, remainder="pad")
+    p = rec["protocol"]
+    assert p["dataset"].startswith("ptb") and p["detokenizer"] == "ptb" and p["split"] == "all"
+    assert p["packing"]["eos_between_docs"] is True
+    no_eos = run_ppl(trained("arm"), data=f"ptb@{fixture}", seq_len=32, remainder="pad", eos_between_docs=False)
+    assert no_eos["protocol"]["packing"]["eos_between_docs"] is False
+    assert no_eos["protocol"]["tokens_scored"] < p["tokens_scored"]
