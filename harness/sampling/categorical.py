@@ -16,9 +16,10 @@ Methods (all take the argmax over the last dim, shapes ``(..., C) -> (...)``):
 
 U is drawn by ``torch.rand`` in ``dtype``. Its values lie on a grid: k * 2^-24 for float32 and
 k * 2^-53 for float64 (k = 0 .. 2^b - 1). The largest value 1 - 2^-b caps the Gumbel noise at
-M = -log(-log(1 - 2^-b)) (16.64 in float32, 36.74 in float64): this is exactly the truncation that
-Zheng et al. analyse (see :mod:`harness.audit.gumbel`; ``tests/harness/test_categorical.py`` checks
-the grid). The smallest value is 0 (probability 2^-b), where log(0) would give -inf/NaN arithmetic:
+M = -log(-log(1 - 2^-b)) (16.64 in float32, 36.74 in float64): this is the truncation that Zheng et
+al. analyse. The grid below the cap matters as well: float32 distorts about half as much as their
+continuous truncated model predicts (:mod:`harness.audit.gumbel`; ``tests/harness/test_categorical.py``
+checks the grid). The smallest value is 0 (probability 2^-b), where log(0) would give -inf/NaN arithmetic:
 ``gumbel`` and ``race`` use U in [tiny, 1) via ``clamp_min(torch.finfo(dtype).tiny)``, so U = 0 becomes
 G = -log(87.3) (float32) or -log(708.4) (float64) instead of -inf, a change of probability
 O(2^-b) that is far below the truncation at the top. ``mdlm-legacy`` keeps MDLM's 1e-10 offsets.
@@ -140,6 +141,9 @@ def sample_categorical(probs: torch.Tensor | None = None, logits: torch.Tensor |
         _check_probs(probs)
         p = probs.to(dtype)
         impossible = p == 0
+        if bool(impossible.all(-1).any()):
+            raise PrimebenchError(f"a row of probs underflows to zero in {dtype}",
+                                  fix="normalise the probabilities first, or sample in float64")
         log_p = torch.log(p) if method == "gumbel" else p  # log_p is unused by race/mdlm-legacy
     else:
         _check_logits(logits)

@@ -93,6 +93,8 @@ def test_errors_name_the_problem():
         sample_categorical(torch.tensor([0.5, -0.1, 0.6]))
     with pytest.raises(PrimebenchError, match="inf"):
         sample_categorical(torch.tensor([0.5, float("inf")]))
+    with pytest.raises(PrimebenchError, match="underflows"):
+        sample_categorical(torch.tensor([0.0, 1e-50], dtype=torch.float64), dtype="fp32")
     with pytest.raises(PrimebenchError, match="all zero"):
         sample_categorical(torch.zeros(2, 3))
     with pytest.raises(PrimebenchError, match="exactly one"):
