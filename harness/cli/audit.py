@@ -12,3 +12,4 @@ def audit_group():
 
 COMMANDS = [audit_group]
 from harness.cli.audit_precision import precision_cmd; audit_group.add_command(precision_cmd)  # noqa: E402,E702
+from harness.cli.audit_bound import bound_cmd; audit_group.add_command(bound_cmd)  # noqa: E402,E702

@@ -1,0 +1,274 @@
+"""Bound audit: the exact NLL, the valid sub-token bound and the paper's token-joint objective, side by side.
+
+MDM-Prime's L_vb scores each token with the *joint* of its ell sub-tokens, but the continuous-time
+sampler reveals one sub-token at a time from the *marginal* of that joint, so the valid upper bound
+on -log p_theta(x) uses marginals (first box of ``shared/reference/papers.md``; ``prime.bounds``).
+This module computes, in nats per token:
+
+* :func:`toy_audit`: by enumeration on toy time-independent denoisers, where the exact NLL of the
+  sampler is computable: the worked example of the reference box (exact 1.0182, token-joint 0.8342),
+  ideal models of random one-token data, and random :class:`~prime.toy.TableDenoiser` networks;
+  every row is an expectation under its data distribution (for a random network, its own
+  distribution p_theta, enumerated over all C^L sequences), so "exact" is then an entropy;
+* :func:`checkpoint_audit`: Monte Carlo with standard errors for a trained checkpoint on rows of
+  its validation split (Prime: both estimators; MDLM / masked: the bound; ARM: the exact NLL).
+
+``gap = paper objective - exact``: a negative gap means the paper objective is below the exact
+NLL, so it is not an upper bound there. The sub-token bound is never below the exact NLL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.errors import PrimebenchError
+
+UNITS = "nats/token"
+KINDS = {"exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
+MAX_TOY_STATES = 2**20  # C^L sequences times 2^(L*ell) mask patterns, all enumerated
+_STATES_PER_CHUNK = 2**16
+BELOW = "paper objective is BELOW the exact NLL: not a bound"
+ABOVE = "above exact (bound holds here)"
+
+
+@dataclass(frozen=True)
+class BoundRow:
+    """One case, all numbers in nats per token. ``None`` where a number does not apply.
+
+    ``*_stderr`` are Monte-Carlo standard errors (``None`` for enumeration and for exact numbers).
+    ``family`` is the model family of a checkpoint row ("toy" for enumerated rows).
+    """
+
+    name: str
+    method: str  # "enumeration" or "monte-carlo"
+    family: str
+    exact_nll: float | None
+    subtoken_bound: float | None
+    token_joint: float | None
+    data_entropy: float | None = None
+    exact_nll_stderr: float | None = None
+    subtoken_bound_stderr: float | None = None
+    token_joint_stderr: float | None = None
+    tokens: float | None = None
+
+    @property
+    def gap(self) -> float | None:
+        """paper objective - exact (nats/token); negative: the objective is not a bound here."""
+        if self.token_joint is None or self.exact_nll is None:
+            return None
+        return self.token_joint - self.exact_nll
+
+    @property
+    def subtoken_holds(self) -> bool | None:
+        """Whether sub-token bound >= exact NLL (up to float64 round-off); None if not both known."""
+        if self.subtoken_bound is None or self.exact_nll is None:
+            return None
+        return self.subtoken_bound >= self.exact_nll - 1e-9 * max(1.0, abs(self.exact_nll))
+
+    @property
+    def verdict(self) -> str:
+        """The row's finding in plain words."""
+        gap = self.gap
+        if gap is not None:
+            return BELOW if gap < -1e-12 else ABOVE
+        if self.family == "prime" and self.token_joint is not None and self.subtoken_bound is not None:
+            diff = self.token_joint - self.subtoken_bound
+            se = math.hypot(self.token_joint_stderr or 0.0, self.subtoken_bound_stderr or 0.0)
+            if diff < -3 * se:
+                return (f"paper objective is {-diff:.4f} below the sub-token bound; exact NLL unknown, "
+                        "so it cannot be called a bound")
+            return "exact NLL unknown; only the sub-token number is a bound"
+        if self.exact_nll is not None:
+            return "exact likelihood (autoregressive)"
+        return "upper bound (continuous-time NELBO)"
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict: every number with its kind, unit and (where Monte Carlo) stderr."""
+        values = {"exact_nll": self.exact_nll, "subtoken_bound": self.subtoken_bound, "token_joint": self.token_joint}
+        stderr = {"exact_nll": self.exact_nll_stderr, "subtoken_bound": self.subtoken_bound_stderr,
+                  "token_joint": self.token_joint_stderr}
+        return {
+            "name": self.name,
+            "method": self.method,
+            "family": self.family,
+            "units": UNITS,
+            **values,
+            "stderr": {k: v for k, v in stderr.items() if v is not None},
+            "kinds": {k: KINDS[k] for k, v in values.items() if v is not None},
+            "perplexity": {k: math.exp(v) for k, v in values.items() if v is not None and v < 700},
+            "data_entropy": self.data_entropy,
+            "tokens": self.tokens,
+            "gap_paper_minus_exact": self.gap,
+            "subtoken_bound_holds": self.subtoken_holds,
+            "verdict": self.verdict,
+        }
+
+
+@dataclass(frozen=True)
+class BoundAudit:
+    """Rows plus the protocol that produced them (provenance for the JSON record)."""
+
+    rows: list[BoundRow]
+    protocol: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def subtoken_always_holds(self) -> bool | None:
+        """True if sub-token bound >= exact in every row where both are known (None: no such row)."""
+        checks = [r.subtoken_holds for r in self.rows if r.subtoken_holds is not None]
+        return all(checks) if checks else None
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "audit": "bound",
+            "units": UNITS,
+            "kinds": dict(KINDS),
+            "protocol": dict(self.protocol),
+            "subtoken_bound_always_holds": self.subtoken_always_holds,
+            "rows": [r.to_record() for r in self.rows],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration on toy denoisers.
+# --------------------------------------------------------------------------------------------
+
+def _expectations(denoiser, x0: torch.Tensor, weights: torch.Tensor | None, *, C: int, ell: int):
+    """Expected (exact, sub-token, token-joint) nats per token over sequences x0 (S, L).
+
+    ``weights`` (S,) is the data distribution; ``None`` means the model's own p_theta(x0) =
+    exp(-exact), which sums to one over all C^L sequences. Sequences are scored in chunks so that
+    each call enumerates at most ``_STATES_PER_CHUNK`` (sequence, pattern) pairs.
+    """
+    from prime.bounds import exact_nll, subtoken_bound, token_joint_objective
+
+    S, L = x0.shape
+    chunk = max(1, _STATES_PER_CHUNK // 2 ** (L * ell))
+    parts = []
+    for start in range(0, S, chunk):
+        xs = x0[start:start + chunk]
+        parts.append(torch.stack([f(denoiser, xs, C=C, ell=ell) for f in (exact_nll, subtoken_bound, token_joint_objective)]))
+    exact, sub, tok = torch.cat(parts, dim=1)  # each (S,)
+    p = torch.exp(-exact) if weights is None else weights.to(exact.dtype)
+    total = float(p.sum())
+    if not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise PrimebenchError(f"the toy data distribution sums to {total}, not 1",
+                              fix="this is a bug in the toy audit: report it")
+    return tuple(float((p * v).sum()) / L for v in (exact, sub, tok))
+
+
+def _check_toy_size(C: int, ell: int, L: int) -> None:
+    from prime.bounds import MAX_ENUMERATED_UNITS
+
+    if min(C, ell, L) < 1 or C < 2:
+        raise PrimebenchError(f"toy model C={C}, ell={ell}, L={L}: need C >= 2, ell >= 1, L >= 1",
+                              fix="e.g. --toy 6,2,2")
+    N = L * ell
+    if N > MAX_ENUMERATED_UNITS:
+        raise PrimebenchError(
+            f"the toy audit enumerates 2^(L*ell) mask patterns; L*ell = {L}*{ell} = {N} exceeds the limit "
+            f"of {MAX_ENUMERATED_UNITS} units (prime.bounds.MAX_ENUMERATED_UNITS)",
+            fix="use a shorter toy sequence L or fewer sub-tokens ell")
+    states = C**L * 2**N
+    if states > MAX_TOY_STATES:
+        raise PrimebenchError(
+            f"the toy audit scores all C^L = {C}^{L} sequences under 2^(L*ell) = 2^{N} mask patterns: "
+            f"{states} states exceed the limit of {MAX_TOY_STATES}",
+            fix="use a smaller C, ell or L (e.g. --toy 6,2,2)")
+
+
+def toy_audit(C: int = 6, ell: int = 2, L: int = 2, *, seeds: int = 3, seed: int = 0) -> BoundAudit:
+    """Enumerated exact NLL, sub-token bound and paper objective on toy models (nats/token).
+
+    Rows: the reference worked example; for each of ``seeds`` seeds, the ideal model of random
+    one-token data p ~ Dirichlet(1) over C classes split into ell sub-tokens (the network is the
+    true conditional, so exact = data entropy), and a random :class:`~prime.toy.TableDenoiser`
+    of shape (C, ell, L) scored on its own distribution.
+    """
+    from prime.toy import ConstantDenoiser, TableDenoiser, data_entropy, worked_example
+
+    if seeds < 0:
+        raise PrimebenchError(f"seeds must be >= 0, got {seeds}", fix="pass --seeds 0 or more")
+    _check_toy_size(C, ell, L)
+    rows: list[BoundRow] = []
+    ex = worked_example()
+    exact, sub, tok = _expectations(ex.denoiser, ex.x0, ex.p, C=ex.C, ell=ex.ell)
+    rows.append(BoundRow(name=f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)",
+                         method="enumeration", family="toy", exact_nll=exact, subtoken_bound=sub,
+                         token_joint=tok, data_entropy=data_entropy(ex.p), tokens=1.0))
+    sequences = torch.tensor(list(itertools.product(range(C), repeat=L)), dtype=torch.long)
+    for s in range(seed, seed + seeds):
+        g = torch.Generator().manual_seed(s)
+        gamma = -torch.log(torch.rand(C, generator=g, dtype=torch.float64))  # Exp(1) draws
+        p = gamma / gamma.sum()  # Dirichlet(1, ..., 1)
+        exact, sub, tok = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
+        rows.append(BoundRow(name=f"ideal model, random data p (C={C}, ell={ell}, seed {s})", method="enumeration",
+                             family="toy", exact_nll=exact, subtoken_bound=sub, token_joint=tok,
+                             data_entropy=data_entropy(p), tokens=1.0))
+        den = TableDenoiser(C, ell, L, generator=torch.Generator().manual_seed(s))
+        exact, sub, tok = _expectations(den, sequences, None, C=C, ell=ell)
+        rows.append(BoundRow(name=f"random table denoiser (C={C}, ell={ell}, L={L}, seed {s})", method="enumeration",
+                             family="toy", exact_nll=exact, subtoken_bound=sub, token_joint=tok,
+                             data_entropy=exact, tokens=float(L)))
+    protocol = {"source": "toy", "C": C, "ell": ell, "L": L, "seeds": list(range(seed, seed + seeds)),
+                "data": "worked example: its p; ideal rows: p ~ Dirichlet(1); table rows: the model's own p_theta",
+                "method": "enumeration of all 2^(L*ell) mask patterns (prime.bounds)"}
+    return BoundAudit(rows=rows, protocol=protocol)
+
+
+# --------------------------------------------------------------------------------------------
+# Monte Carlo on a trained checkpoint.
+# --------------------------------------------------------------------------------------------
+
+def checkpoint_audit(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_samples: int,
+                     batch_size: int = 8, seed: int = 0, name: str = "validation") -> BoundAudit:
+    """Monte-Carlo NLL numbers of a trained model on ``input_ids`` (N, L), nats per token.
+
+    Prime: the sub-token bound and the paper objective (token-joint), with the same corruption
+    draws (same seed), so their difference is estimated more sharply than either number. MDLM /
+    masked: the bound (NELBO). ARM: the exact NLL. Time-independent diffusion models use the
+    unbiased mask-count sampler ("n"); time-conditioned ones MDLM's time sampler ("t").
+    """
+    from harness.evaluation.ppl import evaluate_nll
+
+    if num_samples < 2:
+        raise PrimebenchError(f"--mc-samples must be >= 2 so that a standard error exists, got {num_samples}",
+                              fix="pass --mc-samples 2 or more")
+    if input_ids.shape[0] == 0:
+        raise PrimebenchError("no validation rows to score", fix="raise --batches or check the corpus's split")
+    family = model.family
+    sampler = None
+    if family != "arm":
+        sampler = "t" if getattr(model, "time_conditioning", False) else "n"
+
+    def run(**kwargs):
+        if sampler is not None:
+            kwargs["time_sampler"] = sampler
+        return evaluate_nll(model, input_ids, attention_mask, batch_size=batch_size, num_samples=num_samples,
+                            seed=seed, nll_kwargs=kwargs)
+
+    label = f"{name} ({input_ids.shape[0]} rows x {input_ids.shape[1]} tokens, K={num_samples})"
+    if family == "prime":
+        sub, tok = run(estimator="subtoken"), run(estimator="token_joint")
+        row = BoundRow(name=label, method="monte-carlo", family=family, exact_nll=None,
+                       subtoken_bound=sub.nll, token_joint=tok.nll, subtoken_bound_stderr=sub.stderr,
+                       token_joint_stderr=tok.stderr, tokens=sub.tokens)
+    elif family == "arm":
+        res = run()
+        row = BoundRow(name=label, method="exact", family=family, exact_nll=res.nll, subtoken_bound=None,
+                       token_joint=None, tokens=res.tokens)
+    else:
+        res = run()
+        row = BoundRow(name=label, method="monte-carlo", family=family, exact_nll=None, subtoken_bound=res.nll,
+                       token_joint=None, subtoken_bound_stderr=res.stderr, tokens=res.tokens)
+    protocol = {"source": "checkpoint", "family": family, "rows": int(input_ids.shape[0]),
+                "seq_len": int(input_ids.shape[1]), "num_samples": num_samples, "batch_size": batch_size,
+                "seed": seed, "time_sampler": sampler, "ell": getattr(model, "ell", 1)}
+    return BoundAudit(rows=[row], protocol=protocol)
+
+
+__all__ = ["BoundAudit", "BoundRow", "checkpoint_audit", "toy_audit", "BELOW", "ABOVE", "UNITS", "KINDS"]

@@ -1,0 +1,122 @@
+"""``primebench audit bound``: reference numbers by enumeration, labels, JSON, checkpoints, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from harness.audit.bound import ABOVE, BELOW, checkpoint_audit, toy_audit
+from harness.cli import main
+from harness.errors import PrimebenchError
+from harness.models import build_model
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, ["audit", "bound", *args])
+
+
+def test_toy_table_shows_the_worked_example_and_the_verdicts():
+    res = _invoke("--seeds", "2")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "0.8342" in out and "1.0182" in out
+    assert "-0.1840" in out  # gap = paper objective - exact for the worked example
+    assert "not a bound" in out and "bound holds here" in out
+    assert "sub-token bound >= exact NLL in all 5 rows" in out
+
+
+def test_toy_json_record():
+    res = _invoke("--seeds", "2", "--toy", "5,2,2", "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    assert rec["units"] == "nats/token" and rec["protocol"]["C"] == 5
+    assert rec["subtoken_bound_always_holds"] is True
+    rows = rec["rows"]
+    assert len(rows) == 1 + 2 * 2
+    worked = rows[0]
+    assert round(worked["exact_nll"], 4) == 1.0182 == round(worked["data_entropy"], 4)
+    assert round(worked["subtoken_bound"], 4) == 1.0182
+    assert round(worked["token_joint"], 4) == 0.8342
+    assert worked["kinds"] == {"exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
+    assert worked["gap_paper_minus_exact"] == pytest.approx(worked["token_joint"] - worked["exact_nll"])
+    assert worked["verdict"] == BELOW and worked["stderr"] == {}
+    for row in rows:
+        assert {"name", "exact_nll", "subtoken_bound", "token_joint", "units", "kinds", "verdict"} <= set(row)
+        assert row["subtoken_bound"] >= row["exact_nll"] - 1e-9
+        assert row["verdict"] == (BELOW if row["token_joint"] < row["exact_nll"] else ABOVE)
+
+
+def test_toy_rows_against_known_answers():
+    audit = toy_audit(6, 2, 2, seeds=3, seed=5)
+    ideal = [r for r in audit.rows if r.name.startswith("ideal")]
+    table = [r for r in audit.rows if r.name.startswith("random table")]
+    assert len(ideal) == len(table) == 3
+    for r in ideal:  # the network is the true conditional: exact = sub-token bound = entropy
+        assert r.exact_nll == pytest.approx(r.data_entropy, abs=1e-9)
+        assert r.subtoken_bound == pytest.approx(r.exact_nll, abs=1e-9)
+        assert r.token_joint < r.exact_nll - 1e-3 and r.verdict == BELOW  # H - I(Y1; Y2) / 2
+    for r in table:
+        assert r.subtoken_bound > r.exact_nll + 1e-3  # a random network: the bound is loose
+        assert 0 < r.exact_nll < math.log(6) + 1e-9  # an entropy of the model's own distribution
+    # ell = 1: marginal and joint coincide, the paper objective is MDLM's bound.
+    flat = toy_audit(5, 1, 3, seeds=1)
+    for r in flat.rows[1:]:
+        assert r.token_joint == pytest.approx(r.subtoken_bound, abs=1e-9)
+        assert r.gap >= -1e-9
+
+
+def test_bad_toy_strings_and_sizes_fail_with_a_message():
+    for bad in ("6,2", "a,b,c", "6,2,2,1", "1,2,2"):
+        res = _invoke("--toy", bad)
+        assert res.exit_code != 0
+        assert "C,ELL,L" in res.output, res.output
+    res = _invoke("--toy", "4,2,9")  # L * ell = 18 > 16
+    assert res.exit_code == 2
+    assert "L*ell = 9*2 = 18 exceeds the limit" in res.output and "fix:" in res.output
+    res = _invoke("--toy", "9,2,5")  # 9^5 sequences x 2^10 patterns
+    assert res.exit_code == 2 and "exceed the limit" in res.output
+    with pytest.raises(PrimebenchError):
+        toy_audit(6, 2, 2, seeds=-1)
+
+
+def test_prime_checkpoint_shows_both_labelled_numbers(trained):
+    path = str(trained("prime"))
+    res = _invoke(path, "--batches", "1", "--mc-samples", "3")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "UPPER BOUND on the NLL (sub-token bound)" in out
+    assert "PAPER OBJECTIVE (token-joint L_vb), not a bound" in out
+    assert "ppl" in out
+    res = _invoke(path, "--batches", "1", "--mc-samples", "3", "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    assert rec["protocol"]["checkpoint"] == path and rec["protocol"]["split"] == "validation"
+    (row,) = rec["rows"]
+    assert row["exact_nll"] is None and row["method"] == "monte-carlo"
+    assert row["kinds"] == {"subtoken_bound": "bound", "token_joint": "paper-objective"}
+    assert row["stderr"]["subtoken_bound"] > 0 and row["stderr"]["token_joint"] > 0
+    for key in ("subtoken_bound", "token_joint"):
+        assert 0 < row[key] < 10 and row["perplexity"][key] == pytest.approx(math.exp(row[key]))
+    assert _invoke(path, "--toy", "6,2,2").exit_code != 0  # toy shapes only without a checkpoint
+
+
+def test_checkpoint_audit_labels_each_family():
+    C, L = 9, 8
+    x = torch.randint(0, C, (5, L), generator=torch.Generator().manual_seed(0))
+    sizes = dict(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2)
+    arm = checkpoint_audit(build_model("arm", **sizes), x, None, num_samples=2, batch_size=2)
+    (row,) = arm.rows
+    assert row.exact_nll is not None and row.subtoken_bound is None and row.token_joint is None
+    assert row.tokens == 5 * (L - 1)
+    assert row.to_record()["kinds"] == {"exact_nll": "exact"}
+    assert row.exact_nll == pytest.approx(math.log(C), rel=1e-5)  # zero-initialised output layer: uniform
+    masked = checkpoint_audit(build_model("masked", **sizes), x, None, num_samples=2, batch_size=2)
+    (row,) = masked.rows
+    assert row.subtoken_bound == pytest.approx(math.log(C), rel=1e-5)  # uniform prediction: bound = log C
+    assert row.to_record()["kinds"] == {"subtoken_bound": "bound"} and row.exact_nll is None
+    with pytest.raises(PrimebenchError, match="mc-samples"):
+        checkpoint_audit(build_model("mdlm", **sizes), x, None, num_samples=1)
