@@ -15,8 +15,12 @@ def eval_group():
 
 def emit_record(record: dict, *, out: Path | None, as_json: bool, render) -> None:
     """Write the record under ``out`` (if given), then print JSON or a human table to stdout."""
+    import os
+
     from harness.logging import console
 
+    if os.environ.get("RANK", "0") != "0":
+        return  # under torchrun only rank 0 writes and prints
     if out is not None:
         from harness.records import write_record
 

@@ -95,6 +95,26 @@ class NLLAccumulator:
         )
 
 
+    def all_reduce(self) -> None:
+        """Sum the state over torch.distributed ranks (once, before ``compute``)."""
+        from harness import distributed
+
+        state = torch.stack(
+            [self.nats, self.var, self.tokens, torch.tensor(float(self.sequences), dtype=torch.float64), self.sum_x, self.sum_x2,
+             torch.tensor(0.0 if self.per_sequence_se else 1.0, dtype=torch.float64)]
+        )
+        distributed.all_reduce_sum(state)
+        self.nats, self.var, self.tokens = state[0], state[1], state[2]
+        self.sequences = int(state[3])
+        self.sum_x, self.sum_x2 = state[4], state[5]
+        self.per_sequence_se = bool(state[6] == 0)
+
+
+def batch_seed(seed: int, index: int) -> int:
+    """Seed of batch ``index``: the draws of a batch do not depend on which rank scores it."""
+    return (seed * 1_000_003 + index * 7_919 + 17) % (2**63 - 1)
+
+
 @torch.no_grad()
 def evaluate_nll(
     model,
@@ -105,15 +125,32 @@ def evaluate_nll(
     num_samples: int = 1,
     seed: int = 0,
     nll_kwargs: dict | None = None,
+    rank: int = 0,
+    world: int = 1,
 ) -> PerplexityResult:
-    """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted."""
+    """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted.
+
+    Batches are fixed slices of ``batch_size`` rows, each with its own seeded generator, and batch
+    b is scored by rank ``b % world``; the reduced result is therefore the same for any number of
+    ranks (up to the order of float64 sums).
+    """
     model.eval()
     acc = NLLAccumulator()
-    g = torch.Generator(device=model.device).manual_seed(seed)
-    for start in range(0, input_ids.shape[0], batch_size):
+    for index, start in enumerate(range(0, input_ids.shape[0], batch_size)):
+        if index % world != rank:
+            continue
+        g = torch.Generator(device=model.device).manual_seed(batch_seed(seed, index))
         x = input_ids[start : start + batch_size].to(model.device)
         m = None if attention_mask is None else attention_mask[start : start + batch_size].to(model.device)
         acc.update(model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **(nll_kwargs or {})))
+    if world > 1:
+        kinds = [None] * world
+        import torch.distributed as dist
+
+        dist.all_gather_object(kinds, (acc.kind, acc.num_samples))
+        known = [k for k in kinds if k[0] is not None]
+        acc.kind, acc.num_samples = known[0]
+        acc.all_reduce()
     return acc.compute()
 
 
@@ -170,7 +207,11 @@ def run_ppl(
     from harness.errors import DataError
     from harness.records import Metric, make_record, model_block
 
+    from harness import distributed
+
     t0 = _time.time()
+    info = distributed.setup(device)
+    device = str(info.device) if info.world > 1 else device
     model, tokenizer, cfg = load(checkpoint, device=device)
     if tokenizer is None:
         from harness.data import get_tokenizer
@@ -207,7 +248,10 @@ def run_ppl(
         kw = dict(kwargs)
         if family != "arm":
             kw["time_sampler"] = sampler
-        res = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed, nll_kwargs=kw)
+        res = evaluate_nll(
+            model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed, nll_kwargs=kw,
+            rank=info.rank, world=info.world,
+        )
         kind = res.kind
         results[suffix] = res
         metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, kind, "nats/token")
@@ -226,6 +270,7 @@ def run_ppl(
         "token_convention": TOKEN_CONVENTION["arm" if family == "arm" else "diffusion"],
         "tokens_scored": first.tokens,
         "batch_size": batch_size,
+        "world_size": info.world,
         "mc_samples": mc_samples if family != "arm" else None,
         "time_sampler": None if family == "arm" else {
             "t": "one t per sequence in [1e-3, 1], stratified over the batch (K=1) or over K samples; weight -alpha'/(1-alpha)",

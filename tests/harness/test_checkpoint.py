@@ -25,7 +25,7 @@ def test_load_round_trip(trained):
 def test_ema_and_raw_weights_differ(trained):
     ema, _, _ = harness.load(trained("arm"), ema=True)
     raw, _, _ = harness.load(trained("arm"), ema=False)
-    diffs = [float((a - b).abs().max()) for a, b in zip(ema.parameters(), raw.parameters())]
+    diffs = [float((a - b).detach().abs().max()) for a, b in zip(ema.parameters(), raw.parameters())]
     assert max(diffs) > 0
 
 

@@ -85,3 +85,27 @@ def test_zeroshot_preset_from_local_copy(trained):
     no_eos = run_ppl(trained("arm"), data=f"ptb@{fixture}", seq_len=32, remainder="pad", eos_between_docs=False)
     assert no_eos["protocol"]["packing"]["eos_between_docs"] is False
     assert no_eos["protocol"]["tokens_scored"] < p["tokens_scored"]
+
+
+def test_sharded_over_two_processes_equals_one(trained, tmp_path):
+    """torchrun with two gloo ranks scores disjoint batches and reduces once: same number as one process."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    ckpt = str(trained("mdlm"))
+    args = ["eval", "ppl", ckpt, "--max-rows", "12", "--batch-size", "4", "--mc-samples", "2", "--json"]
+    proc = subprocess.run(
+        [torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "harness", *args],
+        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sharded = json.loads(proc.stdout)
+    single = run_ppl(ckpt, max_rows=12, batch_size=4, mc_samples=2)
+    assert sharded["protocol"]["world_size"] == 2
+    for key in ("nll", "ppl"):
+        assert sharded["metrics"][key]["value"] == pytest.approx(single["metrics"][key]["value"], rel=1e-9)
+        assert sharded["metrics"][key]["stderr"] == pytest.approx(single["metrics"][key]["stderr"], rel=1e-9)
+    assert sharded["protocol"]["tokens_scored"] == single["protocol"]["tokens_scored"]
