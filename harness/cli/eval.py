@@ -86,4 +86,34 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
     emit_record(record, out=out, as_json=as_json, render=render_ppl)
 
 
+@eval_group.command("zeroshot")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--tasks", default="wiki_rolling,wiki_lastword", show_default=True, help="Comma-separated: the local tasks wiki_rolling, wiki_lastword, or lm-eval task names (those need the network).")
+@click.option("--mc-samples", "-K", type=int, default=32, show_default=True, help="Monte-Carlo corruptions per request (diffusion families; the ARM is exact).")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Rows per forward pass.")
+@click.option("--limit", type=int, default=None, help="Score only the first N documents of each task (recorded).")
+@click.option("--time-sampler", type=click.Choice(["t", "n"]), default=None, help="n: exact mask count, weight N/n; t: MDLM time draw [default: n, t for time-conditioned networks].")
+@click.option("--sampler", default=None, help="Sampler for generation tasks [default: the family's].")
+@click.option("--steps", type=int, default=None, help="Sampler steps for generation tasks [default: max_gen_toks].")
+@click.option("--bootstrap-iters", type=int, default=0, show_default=True, help="lm-eval bootstrap iterations for standard errors (0: none).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler, sampler, steps, bootstrap_iters, seed, device, out, as_json):
+    """Zero-shot tasks through lm-eval: exact for the ARM, bounds (perplexities) and estimates (accuracies) otherwise."""
+    from harness.lmeval import render_zeroshot, run_zeroshot
+
+    for name, value in (("--mc-samples", mc_samples), ("--batch-size", batch_size)):
+        if value < 1:
+            raise click.BadParameter("must be >= 1", param_hint=name)
+    record = run_zeroshot(
+        checkpoint, tasks=tasks, mc_samples=mc_samples, batch_size=batch_size, limit=limit, seed=seed,
+        time_sampler=time_sampler, sampler=sampler, steps=steps, bootstrap_iters=bootstrap_iters, device=device,
+    )
+    emit_record(record, out=out, as_json=as_json, render=render_zeroshot)
+
+
 COMMANDS = [eval_group]
+
+from harness.cli import eval_genppl  # noqa: E402,F401  (registers `eval genppl`)

@@ -1,0 +1,119 @@
+"""Generative perplexity, as MDLM's ``compute_generative_perplexity`` defines it.
+
+For each sample: decode the model's ids to text, retokenise with the judge's tokenizer, truncate to
+``max_length`` judge tokens (MDLM: the model length, 1024), pad with the judge's EOS, run the judge
+on windows of its context, and take the next-token NLL of every target that is not EOS plus the
+first EOS (MDLM's mask ``first_eos + (ids != eos)``; later EOS excluded). Padding added to
+batch samples of different lengths is never counted, so a sample's contribution does not depend
+on the other samples in its batch. Gen PPL is
+token-weighted over all samples, exp(sum nats / sum counted targets), never a mean of
+per-sample perplexities, and no sample is dropped.
+
+Its standard error is the delta-method error of the ratio estimator over samples (a sampling
+error of the estimate with this many samples), reported with kind "estimate".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GenPPLResult:
+    gen_ppl: float
+    stderr: float
+    nll: float
+    targets: int
+    samples: int
+    truncated: int
+
+
+def counted_targets(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """(B, T) judge ids -> (B, T-1) bool: targets counted by MDLM's rule (non-EOS, plus the first EOS)."""
+    is_eos = ids == eos_id
+    first_eos = is_eos & (is_eos.long().cumsum(-1) == 1)
+    return (first_eos | ~is_eos)[:, 1:]
+
+
+class GenPPL:
+    """update/compute with float64 per-sample sums; batch composition does not change the result."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.nats: list[float] = []
+        self.counts: list[float] = []
+        self.truncated = 0
+
+    def update(self, nats: torch.Tensor, counted: torch.Tensor) -> None:
+        """``nats`` (B, T-1) per-target NLL and ``counted`` (B, T-1) bool from :func:`counted_targets`."""
+        w = counted.double()
+        self.add((nats.double() * w).sum(-1), w.sum(-1))
+
+    def add(self, sample_nats: torch.Tensor, sample_counts: torch.Tensor) -> None:
+        """Per-sample sums (B,) of counted nats and counted targets."""
+        self.nats.extend(sample_nats.double().tolist())
+        self.counts.extend(sample_counts.double().tolist())
+
+    def compute(self) -> GenPPLResult:
+        a = torch.tensor(self.nats, dtype=torch.float64)
+        n = torch.tensor(self.counts, dtype=torch.float64)
+        if n.numel() == 0 or n.sum() <= 0:
+            raise ValueError("Gen PPL needs at least one scored judge token")
+        ratio = float(a.sum() / n.sum())
+        N = a.numel()
+        if N > 1:
+            resid = a - ratio * n
+            se = math.sqrt(float((resid**2).sum()) / (N - 1) / N) / float(n.mean())
+        else:
+            se = float("nan")
+        return GenPPLResult(
+            gen_ppl=math.exp(ratio), stderr=math.exp(ratio) * se, nll=ratio, targets=int(n.sum()), samples=N,
+            truncated=self.truncated,
+        )
+
+
+def score_texts(judge, texts: list[str], *, max_length: int, batch_size: int = 8):
+    """Score decoded samples with a judge. Returns ``(GenPPL metric, judge ids per sample)``."""
+    metric = GenPPL()
+    all_ids: list[list[int]] = []
+    window = min(max_length, judge.context)
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        encoded = [judge.encode(t) for t in chunk]
+        for ids in encoded:
+            if len(ids) > max_length:
+                metric.truncated += 1
+        encoded = [ids[:max_length] for ids in encoded]
+        encoded = [ids if ids else [judge.eos_id] for ids in encoded]
+        all_ids.extend(encoded)
+        T = max(len(ids) for ids in encoded)
+        batch = torch.full((len(encoded), T), judge.eos_id, dtype=torch.long)
+        for i, ids in enumerate(encoded):
+            batch[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        # windows of the judge's context, as MDLM splits long retokenised samples; the counting
+        # rule is applied to the whole retokenised sample, then summed per sample over windows
+        counted = counted_targets(batch, judge.eos_id)  # (B, T-1)
+        # only a sample's own tokens count: padding EOS is never a target, so the number does not
+        # depend on which other samples share the batch (MDLM's code also counts the first padding
+        # EOS of a sample shorter than the longest in its batch)
+        lengths = torch.tensor([len(ids) for ids in encoded])
+        counted &= torch.arange(1, T)[None, :] < lengths[:, None]
+        sums = torch.zeros(len(encoded), dtype=torch.float64)
+        for w0 in range(0, T, window):
+            piece = batch[:, w0 : w0 + window]
+            if piece.shape[1] < 2:
+                continue
+            nats = judge.target_nll(piece, torch.ones_like(piece)).double()  # (B, w-1): targets w0+1 ..
+            sums += (nats * counted[:, w0 : w0 + piece.shape[1] - 1].double()).sum(-1)
+        counts = torch.zeros(len(encoded), dtype=torch.float64)
+        for w0 in range(0, T, window):
+            width = min(window, T - w0)
+            if width >= 2:
+                counts += counted[:, w0 : w0 + width - 1].double().sum(-1)
+        metric.add(sums, counts)
+    return metric, all_ids

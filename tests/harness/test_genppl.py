@@ -1,0 +1,124 @@
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.metrics.genppl import GenPPL, counted_targets, score_texts
+
+
+def test_padding_eos_is_not_counted():
+    judge = _CountingJudge()
+    judge.context = 16
+    alone, _ = score_texts(judge, ["hello"], max_length=10)
+    assert alone.compute().targets == 4  # 5 judge tokens -> 4 targets
+    padded, _ = score_texts(judge, ["hello", "a much longer one"], max_length=20)
+    assert padded.compute().targets == 4 + 16  # "hello" is padded with EOS in this batch; padding never counts
+
+
+def test_counted_targets_follow_mdlm_rule():
+    eos = 9
+    ids = torch.tensor([[1, 2, eos, 3, eos, eos]])
+    # targets are ids[1:] = [2, eos, 3, eos, eos]: non-EOS plus the first EOS
+    assert counted_targets(ids, eos).tolist() == [[True, True, True, False, False]]
+
+
+def test_gen_ppl_is_token_weighted_not_mean_of_ppls():
+    m = GenPPL()
+    m.add(torch.tensor([10.0, 1.0]), torch.tensor([5.0, 1.0]))
+    res = m.compute()
+    assert res.gen_ppl == pytest.approx(math.exp(11 / 6))
+    assert res.samples == 2 and res.targets == 6
+    assert res.gen_ppl != pytest.approx((math.exp(2) + math.exp(1)) / 2)
+
+
+class _CountingJudge:
+    """A judge whose NLL of every target is 1 nat: Gen PPL must be exactly e."""
+
+    spec = "unit-test"
+    description = "constant"
+    eos_id = 0
+    context = 4
+
+    def encode(self, text):
+        return [ord(c) % 50 + 1 for c in text]
+
+    def target_nll(self, ids, attention_mask):
+        return torch.ones(ids.shape[0], ids.shape[1] - 1, dtype=torch.float64)
+
+
+def test_score_texts_keeps_every_sample_and_is_batch_invariant():
+    texts = ["hello", "a", "longer text here", "xy", "the end"]
+    a, ids_a = score_texts(_CountingJudge(), texts, max_length=10, batch_size=2)
+    b, ids_b = score_texts(_CountingJudge(), texts, max_length=10, batch_size=5)
+    ra, rb = a.compute(), b.compute()
+    assert ra.samples == rb.samples == 5
+    assert ra.gen_ppl == pytest.approx(math.e) and rb.gen_ppl == pytest.approx(math.e)
+    assert ra.targets == rb.targets
+    assert ra.truncated == 1  # "longer text here" has 16 > 10 judge tokens
+    assert ids_a == ids_b
+
+
+@pytest.fixture(scope="module")
+def arm_judge(trained):
+    from harness.judges import load_judge
+
+    return load_judge(f"arm:{trained('arm')}")
+
+
+def test_project_arm_judge_and_record(trained, arm_judge):
+    from harness.evaluation.genppl import run_genppl
+
+    record, rows = run_genppl(trained("mdlm"), steps=8, samples=3, batch_size=2, judge_obj=arm_judge, seed=1)
+    m = record["metrics"]
+    assert m["gen_ppl"]["kind"] == "estimate" and m["gen_ppl"]["value"] > 1
+    assert "entropy_model" in m and "entropy_judge" in m and m["nfe"]["value"] <= 8
+    p = record["protocol"]
+    assert p["samples"] == 3 and p["dtype"] == "float64" and p["steps"] == 8 and p["judge"].startswith("arm:")
+    assert len(rows) == 3 and all(len(r["tokens"]) == 64 for r in rows)
+    again, rows_again = run_genppl(trained("mdlm"), steps=8, samples=3, batch_size=2, judge_obj=arm_judge, seed=1)
+    assert [r["tokens"] for r in rows_again] == [r["tokens"] for r in rows]  # same seed, same samples
+    assert again["metrics"]["gen_ppl"]["value"] == pytest.approx(m["gen_ppl"]["value"])
+
+
+def test_judge_must_be_autoregressive(trained):
+    from harness.errors import PrimebenchError
+    from harness.judges import load_judge
+
+    with pytest.raises(PrimebenchError, match="must be autoregressive"):
+        load_judge(f"arm:{trained('mdlm')}")
+
+
+def test_unknown_hub_judge_offline():
+    from harness.errors import OfflineError
+    from harness.judges import load_judge
+
+    with pytest.raises(OfflineError, match="offline"):
+        load_judge("gpt2-large")
+
+
+def test_cli_genppl_writes_record_and_samples(trained, tmp_path):
+    res = CliRunner().invoke(
+        main,
+        ["eval", "genppl", str(trained("prime")), "--samples", "2", "--steps", "4", "--judge", f"arm:{trained('arm')}",
+         "--dtype", "float32", "--method", "mdlm-legacy", "--out", str(tmp_path), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    assert rec["protocol"]["method"] == "mdlm-legacy" and rec["protocol"]["dtype"] == "float32"
+    samples = list(tmp_path.glob("*.samples.jsonl"))
+    assert len(samples) == 1 and len(samples[0].read_text().splitlines()) == 2
+    bad = CliRunner().invoke(main, ["eval", "genppl", str(trained("prime")), "--nucleus", "0"])
+    assert bad.exit_code == 2
+
+
+def test_smollm2_offline_judge_loads_and_scores():
+    """The offline default judge: a GGUF inside an installed package, loaded with transformers."""
+    from harness.judges import load_judge
+
+    judge = load_judge("smollm2")
+    good, _ = score_texts(judge, ["The capital of France is Paris. It is a large city in Europe."], max_length=64)
+    bad, _ = score_texts(judge, ["Paris city the a Europe in capital large is France. of It is"], max_length=64)
+    assert good.compute().gen_ppl < bad.compute().gen_ppl
