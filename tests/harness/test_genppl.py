@@ -11,7 +11,7 @@ from harness.metrics.genppl import GenPPL, counted_targets, score_texts
 
 def test_padding_eos_is_not_counted():
     judge = _CountingJudge()
-    judge.context = 16
+    judge.context = 32
     alone, _ = score_texts(judge, ["hello"], max_length=10)
     assert alone.compute().targets == 4  # 5 judge tokens -> 4 targets
     padded, _ = score_texts(judge, ["hello", "a much longer one"], max_length=20)
