@@ -107,8 +107,13 @@ def train(
     stop_after: int | None = None,
     device: str | None = None,
     quiet: bool = False,
+    bar=None,
 ) -> TrainResult:
-    """Train ``cfg`` into the checkpoint folder ``out`` (see :mod:`harness.checkpoint`)."""
+    """Train ``cfg`` into the checkpoint folder ``out`` (see :mod:`harness.checkpoint`).
+
+    ``bar``: an existing :func:`harness.logging.progress` display to add this run's task to (so a
+    multi-stage job shows one display); by default the run opens its own.
+    """
     from harness.data import get_corpus, get_tokenizer
     from harness.models import model_from_config
 
@@ -199,7 +204,7 @@ def train(
     t0 = time.time()
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     model.train()
-    with progress(disable=quiet or not info.is_main) as bar:
+    with (contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main)) as bar:
         task = bar.add_task(f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0)
         for step in range(start_step, end):
             for group in opt.param_groups:

@@ -1,13 +1,56 @@
-"""``primebench table``: paper-style tables rendered from result records."""
+"""``primebench table RECORDS...``: paper-style tables rendered from result records (logic in
+:mod:`harness.tables`)."""
 
 from __future__ import annotations
 
 import click
 
+# Kept here (not imported from harness.tables) so that `primebench --help` imports nothing heavy.
+_LAYOUTS = ("ppl", "zeroshot", "genppl", "precision", "idle", "fid", "bound")
+_FORMATS = ("rich", "md", "latex", "csv")
 
-@click.group("table", invoke_without_command=False)
-def table_group():
-    """Render paper-style tables from result records (layouts arrive with the evaluations)."""
+
+@click.command("table")
+@click.argument("records", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--layout", type=click.Choice(_LAYOUTS), default=None,
+              help="Table layout [default: the one named after the records' evaluation].")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="rich", show_default=True,
+              help="rich (terminal), md (Markdown), latex (booktabs tabular), csv (plain values).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write the table to this file instead of stdout.")
+def table_cmd(records, layout, fmt, out):
+    """Render a paper-style table from RECORDS (JSON record files or folders of them).
+
+    Bounds are marked <=, paper objectives †, estimates ~, exact numbers plain; ± is one standard
+    error. Protocol settings that differ between rows are flagged (‡) and listed in footnotes.
+    """
+    from pathlib import Path
+
+    from harness.errors import PrimebenchError
+    from harness.tables import build_table, load_records, render, to_rich
+
+    loaded = load_records(records)
+    if layout is None:
+        found = sorted({str(r.get("evaluation")) for r in loaded})
+        if len(found) != 1 or found[0] not in _LAYOUTS:
+            raise PrimebenchError(f"cannot choose a layout for records of evaluations {', '.join(found)}",
+                                  fix=f"pass --layout ({', '.join(_LAYOUTS)}) and records of one evaluation")
+        layout = found[0]
+    table = build_table(loaded, layout)
+    if out is not None:
+        from harness.checkpoint import atomic_write_text
+        from harness.logging import console
+
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, render(table, fmt))
+        console().log(f"wrote {path} ({layout} table, {fmt}, {table.records} records)")
+    elif fmt == "rich":
+        from harness.logging import stdout_console
+
+        stdout_console().print(to_rich(table))
+    else:
+        click.echo(render(table, fmt), nl=False)
 
 
-COMMANDS = [table_group]
+COMMANDS = [table_cmd]
