@@ -129,6 +129,8 @@ def precision_audit(
     grid = _check_steps(steps) if spec.uses_steps else (None,)
     units_of(entropy_base)
     log = log or (lambda message: None)
+    if not spec.uses_steps:
+        log(f"sampler {main!r} takes one step per generated unit: the steps list is not used")
 
     rows: list[PrecisionRow] = []
     protocols: dict[str, dict[str, Any]] = {}
@@ -204,6 +206,7 @@ def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: floa
 def plot(audit: PrecisionAudit, path: str | Path) -> Path:
     """Entropy against steps (log x), one line per dtype with stderr bars; controls as horizontal lines."""
     from matplotlib.figure import Figure  # no pyplot: the Agg canvas, no global backend switch
+    from matplotlib.ticker import NullFormatter
 
     fig = Figure(figsize=(6.0, 4.0))
     ax = fig.add_subplot()
@@ -218,6 +221,9 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
                                marker="o", capsize=3, label=f"{rows[0].sampler} {dtype}")
             colors[dtype] = line.lines[0].get_color()
         ax.set_xscale("log")
+        ticks = sorted({r.steps for r in main})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
     else:  # a sampler without steps (ARM): draw its dtypes as lines too
         for r in main:
             line = ax.axhline(r.entropy, label=f"{r.sampler} {r.dtype}")

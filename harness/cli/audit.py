@@ -13,3 +13,5 @@ def audit_group():
 COMMANDS = [audit_group]
 from harness.cli.audit_precision import precision_cmd; audit_group.add_command(precision_cmd)  # noqa: E402,E702
 from harness.cli.audit_bound import bound_cmd; audit_group.add_command(bound_cmd)  # noqa: E402,E702
+from harness.cli.audit_idle import idle_cmd; audit_group.add_command(idle_cmd)  # noqa: E402,E702
+from harness.cli.audit_gumbel import gumbel_cmd; audit_group.add_command(gumbel_cmd)  # noqa: E402,E702

@@ -1,0 +1,357 @@
+"""Samplers against exact answers: enumerated sampler distributions of tiny models, the any-order
+(first-hitting) likelihood of ``prime.bounds``, reveal-time order statistics, the analytic idle-step
+ratio, MDLM's reference update, caching, validity of Prime codes, and the error paths."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+
+import pytest
+import torch
+from scipy import stats
+
+from harness.audit.idle import idle_step_ratio
+from harness.errors import PrimebenchError
+from harness.models import build_model
+from harness.sampling import SAMPLERS, generate, sampler_for
+from harness.sampling.ancestral import time_grid
+from harness.sampling.maskgit import decode_counts
+from harness.sampling.units import UnitModel
+from prime.bounds import exact_nll
+from prime.subtokens import consistent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: intra-op threads only add overhead (10x on a loaded 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(family: str, *, C: int, L: int, seed: int = 0, **kwargs):
+    """A tiny model re-initialised with N(0, 0.3^2) weights, so its distributions are not uniform."""
+    model = build_model(family, vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, **kwargs)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model.eval()
+
+
+def chi2_pvalue(tokens: torch.Tensor, probs: dict[tuple, float]) -> float:
+    """Pearson chi-square of sampled sequences (N, L) against an exact distribution over sequences."""
+    keys = sorted(probs)
+    index = {k: i for i, k in enumerate(keys)}
+    counts = torch.zeros(len(keys), dtype=torch.float64)
+    for row in tokens.tolist():
+        counts[index[tuple(row)]] += 1  # a KeyError here is a sequence of probability 0: a failure
+    expected = torch.tensor([probs[k] for k in keys], dtype=torch.float64) * tokens.shape[0]
+    return float(stats.chisquare(counts.numpy(), expected.numpy() * counts.sum().item() / expected.sum().item()).pvalue)
+
+
+def all_sequences(C: int, L: int) -> torch.Tensor:
+    return torch.tensor(list(itertools.product(range(C), repeat=L)), dtype=torch.long)
+
+
+def any_order_distribution(model) -> dict[tuple, float]:
+    """Exact distribution of the continuous-time (one unit at a time) sampler, from prime.bounds.exact_nll."""
+    units = UnitModel(model)
+    x = all_sequences(units.vocab_size, units.seq_len)
+    with torch.no_grad():
+        if units.is_prime:
+            nll = exact_nll(model.denoiser(), x, C=units.vocab_size, ell=units.ell)
+        else:
+            nll = exact_nll(lambda y: model.backbone(y[..., 0]), x, C=units.vocab_size, ell=1)
+    p = torch.exp(-nll.double())
+    assert abs(float(p.sum()) - 1.0) < 1e-5
+    return {tuple(row): float(q) for row, q in zip(x.tolist(), p)}
+
+
+def exact_ancestral_distribution(model, steps: int) -> dict[tuple, float]:
+    """Exact distribution of the T-step ancestral sampler by forward enumeration of unit states.
+
+    MDLM: every masked position independently stays masked with prob m_s/m_t or takes token c with
+    prob p(c | z) (m_t - m_s)/m_t. Prime: per token, x_hat ~ p(. | y), then every masked sub-token
+    independently takes x_hat's digit with prob (m_t - m_s)/m_t. Written independently of the sampler.
+    """
+    units = UnitModel(model)
+    L, ell, mask = units.seq_len, units.ell, units.mask_id
+    m = model.schedule.mask_prob(time_grid(steps))
+    start = tuple([mask] * (L * ell))
+    dist = {start: 1.0}
+    for k in range(1, steps + 1):
+        r = float((m[k - 1] - m[k]) / m[k - 1])
+        states = list(dist)
+        with torch.no_grad():
+            y = torch.tensor(states, dtype=torch.long).view(len(states), L, ell)
+            probs = units.log_probs(y, 0.5).double().exp()  # time-independent: t unused
+            probs = probs / probs.sum(-1, keepdim=True)  # float32 outputs sum to 1 only to ~1e-7
+        new = defaultdict(float)
+        for s_idx, state in enumerate(states):
+            per_token = []
+            for i in range(L):
+                cur = state[i * ell:(i + 1) * ell]
+                out = defaultdict(float)
+                if mask not in cur:
+                    out[cur] = 1.0
+                else:
+                    masked = [j for j in range(ell) if cur[j] == mask]
+                    for c in range(units.vocab_size):
+                        pc = float(probs[s_idx, i, c])
+                        if pc == 0.0:
+                            continue
+                        digits = units.encode(torch.tensor(c)).tolist()
+                        for reveal in itertools.product([0, 1], repeat=len(masked)):
+                            nxt = list(cur)
+                            w = pc
+                            for j, rv in zip(masked, reveal):
+                                w *= r if rv else 1 - r
+                                if rv:
+                                    nxt[j] = digits[j]
+                            out[tuple(nxt)] += w
+                per_token.append(out)
+            for combo in itertools.product(*(d.items() for d in per_token)):
+                w = dist[state]
+                nxt = ()
+                for part, pw in combo:
+                    nxt += part
+                    w *= pw
+                if w > 0:
+                    new[nxt] += w
+        dist = new
+    tokens = defaultdict(float)
+    for state, w in dist.items():
+        y = torch.tensor(state).view(1, L, ell)
+        assert mask not in state  # the grid ends at t = 0: everything is revealed
+        tokens[tuple(units.decode(y)[0].tolist())] += w
+    return dict(tokens)
+
+
+CASES = [
+    ("mdlm", dict(C=3, L=2)),
+    ("masked", dict(C=3, L=2)),
+    ("prime", dict(C=5, L=2, ell=2)),
+]
+
+
+@pytest.mark.parametrize("family,shape", CASES)
+def test_ancestral_matches_exact_enumeration(family, shape):
+    model = tiny(family, **shape, seed=1)
+    exact = exact_ancestral_distribution(model, steps=4)
+    assert abs(sum(exact.values()) - 1) < 1e-9
+    out = generate(model, "ancestral", num_samples=20_000, batch_size=20_000, steps=4, generator=3)
+    assert chi2_pvalue(out.tokens, exact) > 1e-3
+
+
+@pytest.mark.parametrize("family,shape", CASES)
+def test_first_hitting_matches_any_order_likelihood(family, shape):
+    model = tiny(family, **shape, seed=2)
+    exact = any_order_distribution(model)
+    out = generate(model, "first-hitting", num_samples=20_000, batch_size=20_000, generator=4)
+    assert chi2_pvalue(out.tokens, exact) > 1e-3
+    units = UnitModel(model)
+    assert (out.nfe == units.seq_len * units.ell).all() and (out.idle_steps == 0).all()
+
+
+def table_model(family: str, C: int, ell: int = 1):
+    """A model whose denoiser is the true conditional of a strongly dependent joint q over L = 2
+    tokens (the restricted joint for Prime). Its one-unit-at-a-time sampler samples q exactly."""
+    model = tiny(family, C=C, L=2, **({"ell": ell} if family == "prime" else {}))
+    i = torch.arange(C, dtype=torch.float64)
+    q = torch.exp(-2.0 * (i[:, None] - i[None, :]).abs()) * (1 + i[:, None])
+    q = q / q.sum()
+    base = model.base if family == "prime" else C
+
+    def log_probs(z, t=None, attention_mask=None):
+        y = z if family == "prime" else z[..., None]
+        ok = consistent(y, C, base, ell).double()  # (B, 2, C): V(y^i)
+        joint = q * ok[:, 0, :, None] * ok[:, 1, None, :]  # (B, C, C)
+        marginal = torch.stack([joint.sum(2), joint.sum(1)], dim=1)
+        return torch.log(marginal / marginal.sum(-1, keepdim=True)).float()
+
+    model.log_probs = log_probs
+    return model, {k: float(q[k]) for k in itertools.product(range(C), repeat=2)}
+
+
+@pytest.mark.parametrize("family,C,ell", [("mdlm", 3, 1), ("prime", 5, 2)])
+def test_table_model_any_order_limit_and_power(family, C, ell):
+    model, q = table_model(family, C, ell)
+    few = generate(model, "ancestral", num_samples=20_000, batch_size=20_000, steps=4, generator=30)
+    assert chi2_pvalue(few.tokens, exact_ancestral_distribution(model, steps=4)) > 1e-3
+    assert chi2_pvalue(few.tokens, q) < 1e-6  # power: 4 steps reveal units together, far from q
+    # many steps: the exact T-step distribution approaches q (the any-order sampler's), and samples follow it
+    exact = exact_ancestral_distribution(model, steps=48)
+    assert sum(abs(exact[k] - q[k]) for k in q) / 2 < 0.02
+    many = generate(model, "ancestral", num_samples=10_000, batch_size=10_000, steps=48, generator=31)
+    assert chi2_pvalue(many.tokens, exact) > 1e-3
+    assert (many.nfe < 48).all()  # the cache skips idle steps
+    fhs = generate(model, "first-hitting", num_samples=20_000, batch_size=20_000, generator=32)
+    assert chi2_pvalue(fhs.tokens, q) > 1e-3
+
+
+@pytest.mark.parametrize("family,kwargs", [("mdlm", {}), ("prime", {"ell": 2})])
+def test_cache_is_exact_and_saves_calls(family, kwargs):
+    model = tiny(family, C=7, L=6, seed=7, **kwargs)
+    cached = generate(model, "ancestral", num_samples=48, batch_size=24, steps=32, cache=True, generator=8)
+    fresh = generate(model, "ancestral", num_samples=48, batch_size=24, steps=32, cache=False, generator=8)
+    assert torch.equal(cached.tokens, fresh.tokens)
+    assert torch.equal(cached.idle_steps, fresh.idle_steps)
+    assert cached.nfe.sum() < fresh.nfe.sum()
+    assert (cached.nfe == 32 - cached.idle_steps).float().mean() > 0.5  # one call per non-idle step, mostly
+    assert cached.protocol["cache"] is True and cached.protocol["cache_exact"] is True
+
+
+def test_cache_defaults_off_for_time_conditioned_models():
+    model = tiny("mdlm", C=5, L=4, time_conditioning=True)
+    out = generate(model, "ancestral", num_samples=4, steps=8, generator=0)
+    assert out.protocol["cache"] is False and (out.nfe == 8).all()
+    forced = generate(model, "ancestral", num_samples=4, steps=8, cache=True, generator=0)
+    assert forced.protocol["cache"] is True and forced.protocol["cache_exact"] is False
+
+
+def test_mdlm_legacy_float32_reproduces_mdlm_reference_update():
+    """Our ancestral sampler == MDLM's ``_ddpm_caching_update`` + ``_sample_categorical`` (fp32, linear
+    move chance, same generator), written out here from the reference description."""
+    model = tiny("mdlm", C=11, L=8, seed=9, schedule="linear")
+    T, N, C = 8, 32, 11
+    out = generate(model, "ancestral", num_samples=N, batch_size=N, steps=T, dtype="float32",
+                   method="mdlm-legacy", cache=False, generator=10)
+    g = torch.Generator().manual_seed(10)
+    x = torch.full((N, 8), C, dtype=torch.long)
+    timesteps = torch.linspace(1, 0, T + 1)
+    with torch.no_grad():
+        for i in range(T):
+            t, s = float(timesteps[i]), float(timesteps[i + 1])
+            p_x0 = model.log_probs(x).exp()
+            q_xs = torch.cat([p_x0 * (t - s), torch.full((N, 8, 1), s)], dim=-1)
+            u = torch.rand(q_xs.shape, dtype=torch.float32, generator=g)
+            _x = (q_xs / (1e-10 - torch.log(u + 1e-10))).argmax(dim=-1)
+            x = torch.where(x != C, x, _x)
+    assert torch.equal(out.tokens, x)
+
+
+@pytest.mark.parametrize("sampler", ["ancestral", "first-hitting", "maskgit"])
+def test_prime_codes_are_valid_with_carry_over(sampler):
+    model = tiny("prime", C=7, L=5, ell=2, seed=11)  # base 3: codes 7 and 8 are invalid
+    assert model.base == 3
+    steps = None if sampler == "first-hitting" else 6
+    out = generate(model, sampler, num_samples=300, batch_size=300, steps=steps, generator=12)
+    assert out.tokens.min() >= 0 and out.tokens.max() < 7
+    assert out.stats.get("invalid_codes", 0) == 0
+
+
+def test_prime_without_carry_over_counts_and_resolves_invalid_codes():
+    model = tiny("prime", C=7, L=5, ell=2, seed=11, carry_over=False)
+    out = generate(model, "ancestral", num_samples=300, batch_size=300, steps=6, generator=12)
+    assert out.stats["invalid_codes"] > 0
+    assert "re-masked" in out.stats["invalid_resolution"]
+    assert out.tokens.max() < 7
+    assert (out.nfe <= 7).all() and (out.nfe == 7).any()  # one extra call for samples that needed it
+
+
+def test_first_hitting_reveal_times_are_uniform_order_statistics():
+    model = tiny("prime", C=5, L=3, ell=2, schedule="linear")
+    n = 6
+    out = generate(model, "first-hitting", num_samples=2000, batch_size=2000, generator=13)
+    times = out.stats["reveal_times"]
+    assert times.shape == (2000, n) and bool((times[:, 1:] <= times[:, :-1]).all())
+    # the first reveal is the max of n uniforms: P(tau <= s) = s^n, so tau^n ~ U(0, 1)
+    assert stats.kstest((times[:, 0] ** n).numpy(), "uniform").pvalue > 1e-3
+    # the next one is the max of the other n - 1 below it: (tau_2 / tau_1)^(n-1) ~ U(0, 1)
+    assert stats.kstest(((times[:, 1] / times[:, 0]) ** (n - 1)).numpy(), "uniform").pvalue > 1e-3
+    # power: a wrong exponent is rejected
+    assert stats.kstest((times[:, 0] ** (n - 1)).numpy(), "uniform").pvalue < 1e-3
+
+
+@pytest.mark.parametrize("family,kwargs,L,ell", [("mdlm", {}, 4, 1), ("prime", {"ell": 2}, 3, 2)])
+def test_idle_fraction_matches_analytic_isr(family, kwargs, L, ell):
+    model = tiny(family, C=5, L=L, schedule="linear", **kwargs)
+    T = 10
+    out = generate(model, "ancestral", num_samples=4000, batch_size=4000, steps=T, generator=14)
+    frac = out.idle_fraction
+    analytic = (1 - 1 / T) ** (L * ell)
+    assert abs(idle_step_ratio(L, T, ell, "linear") - analytic) < 1e-12
+    se = float(frac.std()) / math.sqrt(frac.numel())
+    assert abs(float(frac.mean()) - analytic) < 4 * se
+
+
+def test_same_seed_same_samples_and_dtypes():
+    model = tiny("mdlm", C=9, L=6)
+    a = generate(model, num_samples=10, batch_size=4, steps=5, generator=21)
+    b = generate(model, num_samples=10, batch_size=4, steps=5, generator=torch.Generator().manual_seed(21))
+    c = generate(model, num_samples=10, batch_size=4, steps=5, generator=22)
+    assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
+    for dtype in ("float32", "float64"):
+        for method in ("gumbel", "race", "mdlm-legacy"):
+            out = generate(model, num_samples=5, steps=5, dtype=dtype, method=method, generator=0)
+            assert out.tokens.shape == (5, 6) and out.tokens.max() < 9
+            assert out.protocol["dtype"] == dtype and out.protocol["method"] == method
+    assert a.wall_s.shape == (10,) and (a.wall_s > 0).all() and a.steps.tolist() == [5] * 10
+
+
+def test_protocol_records_every_setting():
+    model = tiny("prime", C=7, L=4, ell=2)
+    out = generate(model, num_samples=3, steps=4, temperature=0.9, nucleus_p=0.95, dtype="float32",
+                   method="race", noise_removal="sample", generator=0)
+    for key, value in dict(sampler="ancestral", steps=4, dtype="float32", method="race", temperature=0.9,
+                           nucleus_p=0.95, noise_removal="sample", cache=True).items():
+        assert out.protocol[key] == value, key
+
+
+def test_noise_removal_fills_what_the_grid_leaves():
+    model = tiny("mdlm", C=6, L=8)
+    out = generate(model, "ancestral", num_samples=20, steps=2, t_end=0.6, noise_removal="argmax", generator=0)
+    assert out.stats["noise_removal_filled"] > 0 and out.tokens.max() < 6
+    assert out.protocol["grid"]["t_end"] == 0.6
+
+
+def test_prefix_is_kept():
+    model = tiny("prime", C=7, L=6, ell=2)
+    prefix = torch.tensor([[3, 1], [0, 6], [2, 2]])
+    for sampler, steps in (("ancestral", 4), ("first-hitting", None), ("maskgit", 3)):
+        out = generate(model, sampler, num_samples=3, batch_size=2, steps=steps, prefix=prefix, generator=1)
+        assert torch.equal(out.tokens[:, :2], prefix)
+    out = generate(model, "first-hitting", num_samples=2, prefix=torch.tensor([[5]]), generator=1)
+    assert (out.tokens[:, 0] == 5).all() and (out.nfe == 5 * 2).all()
+
+
+def test_maskgit_schedule_and_cost():
+    assert decode_counts(10, 4) == [3, 2, 3, 2] and sum(decode_counts(5, 8)) == 5
+    model = tiny("mdlm", C=5, L=5)
+    out = generate(model, "maskgit", num_samples=4, steps=8, generator=0)
+    assert (out.nfe == 5).all() and (out.idle_steps == 3).all()
+
+
+def test_autoregressive_sampler():
+    model = tiny("arm", C=9, L=7)
+    out = generate(model, num_samples=5, batch_size=2, bos_id=8, generator=0)
+    assert sampler_for(model) == "autoregressive"
+    assert out.tokens.shape == (5, 7) and (out.tokens[:, 0] == 8).all()
+    assert (out.nfe == 6).all() and (out.idle_steps == 0).all()
+    out = generate(model, num_samples=2, prefix=torch.tensor([[8, 1, 2]]), generator=0)
+    assert (out.tokens[:, :3] == torch.tensor([8, 1, 2])).all() and (out.nfe == 4).all()
+    with pytest.raises(PrimebenchError, match="bos_id"):
+        generate(model, num_samples=2)
+
+
+def test_errors_name_the_problem():
+    arm, mdlm = tiny("arm", C=5, L=4), tiny("mdlm", C=5, L=4)
+    with pytest.raises(PrimebenchError, match="does not support the 'arm'") as exc:
+        generate(arm, "ancestral", num_samples=2, bos_id=0)
+    assert "autoregressive" in exc.value.fix
+    with pytest.raises(PrimebenchError, match="does not support the 'mdlm'"):
+        generate(mdlm, "autoregressive", num_samples=2, bos_id=0)
+    with pytest.raises(PrimebenchError, match="unknown sampler") as exc:
+        generate(mdlm, "ancestal", num_samples=2)
+    assert "did you mean 'ancestral'" in exc.value.fix
+    with pytest.raises(PrimebenchError, match="steps"):
+        generate(mdlm, "first-hitting", num_samples=2, steps=8)
+    with pytest.raises(PrimebenchError, match="prefix"):
+        generate(mdlm, num_samples=2, prefix=torch.tensor([[0, 1, 2, 3]]))
+    with pytest.raises(PrimebenchError, match="dtype"):
+        generate(mdlm, num_samples=2, dtype="float16")
+    assert set(SAMPLERS) == {"ancestral", "first-hitting", "maskgit", "autoregressive"}
