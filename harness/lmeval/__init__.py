@@ -1,0 +1,170 @@
+"""Zero-shot evaluation through lm-evaluation-harness, fully offline for the local tasks.
+
+* :mod:`harness.lmeval.adapter`: :class:`~harness.lmeval.adapter.PrimebenchLM`, one lm-eval
+  ``LM`` for every family (exact log-likelihoods for the ARM, Monte-Carlo bounds otherwise);
+* :mod:`harness.lmeval.tasks`: the local tasks ``wiki_rolling`` and ``wiki_lastword`` and the
+  loading of any lm-eval registry task;
+* :func:`run_zeroshot` (here): ``lm_eval.simple_evaluate`` with the adapter, turned into a
+  ``zeroshot`` result record; :func:`render_zeroshot` is its table view.
+
+Metric kinds in the record: every number of an ARM is ``exact`` (for tasks scored by
+log-likelihood; generated text is ``estimate``). For a diffusion family, perplexities and bits per
+byte come from lower bounds on log-likelihoods, so they are upper bounds (``bound``); accuracies
+from the one-pass greedy check, and everything else, are ``estimate``.
+
+Nothing here imports lm-eval or torch at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+#: metrics that are monotone in the log-likelihood (a bound on it makes them bounds), with units
+BOUND_METRICS = {
+    "perplexity": "perplexity",
+    "word_perplexity": "perplexity per word",
+    "byte_perplexity": "perplexity per byte",
+    "bits_per_byte": "bits/byte",
+}
+LIKELIHOOD_OUTPUTS = ("loglikelihood", "loglikelihood_rolling", "multiple_choice")
+
+
+def _metric_kind(family: str, metric: str, output_types: set[str]) -> str:
+    if not output_types or not output_types <= set(LIKELIHOOD_OUTPUTS):
+        return "estimate"  # sampled text, or a group we cannot vouch for
+    if family == "arm":
+        return "exact"
+    return "bound" if metric in BOUND_METRICS else "estimate"
+
+
+def _units(metric: str) -> str:
+    if metric in BOUND_METRICS:
+        return BOUND_METRICS[metric]
+    return "fraction" if metric.startswith(("acc", "exact_match")) else metric
+
+
+def metrics_from_results(results: dict[str, Any], *, family: str, output_types: dict[str, str]) -> dict:
+    """lm-eval's ``results`` -> ``{"task/metric": Metric}`` (a filter other than ``none`` is kept as ``@filter``)."""
+    from harness.records import Metric
+
+    groups = results.get("group_subtasks", {})
+    out: dict[str, Metric] = {}
+    for task, row in results["results"].items():
+        types = {output_types[t] for t in groups.get(task, [task]) if t in output_types}
+        for key, value in row.items():
+            if "," not in key or "_stderr," in key or not isinstance(value, (int, float)):
+                continue
+            metric, filt = key.split(",", 1)
+            se = row.get(f"{metric}_stderr,{filt}")
+            se = float(se) if isinstance(se, (int, float)) and math.isfinite(se) else None
+            kind = _metric_kind(family, metric, types)
+            if kind == "exact" and se is None:
+                se = 0.0
+            name = f"{task}/{metric}" + ("" if filt == "none" else f"@{filt}")
+            out[name] = Metric(float(value), se, kind, _units(metric))
+    return out
+
+
+def run_zeroshot(
+    checkpoint,
+    *,
+    tasks: str | list[str] = ("wiki_rolling", "wiki_lastword"),
+    mc_samples: int = 32,
+    batch_size: int = 16,
+    limit: int | None = None,
+    seed: int = 0,
+    time_sampler: str | None = None,
+    sampler: str | None = None,
+    steps: int | None = None,
+    bootstrap_iters: int = 0,
+    device: str = "cpu",
+) -> dict:
+    """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record."""
+    import lm_eval
+    from importlib import metadata
+
+    from harness import load
+    from harness.errors import PrimebenchError
+    from harness.lmeval.adapter import PrimebenchLM
+    from harness.lmeval.tasks import load_tasks, parse_tasks
+    from harness.records import make_record, model_block
+
+    if limit is not None and limit < 1:
+        raise PrimebenchError(f"--limit must be a positive number of documents, got {limit}", fix="e.g. --limit 50")
+    t0 = time.time()
+    names = parse_tasks(tasks)
+    model, tokenizer, cfg = load(checkpoint, device=device)
+    if tokenizer is None:
+        from harness.data import get_tokenizer
+
+        tokenizer = get_tokenizer(cfg.data.tokenizer)
+    lm = PrimebenchLM(model, tokenizer, mc_samples=mc_samples, batch_size=batch_size, seed=seed,
+                      time_sampler=time_sampler, sampler=sampler, steps=steps)
+    loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
+    output_types = {}
+    for spec in loaded["specs"]:
+        for task in (spec.get_all_tasks() if hasattr(spec, "get_all_tasks") else [spec]):
+            output_types[task.task_name] = task.get_config("output_type")
+    results = lm_eval.simple_evaluate(
+        model=lm, tasks=loaded["specs"], task_manager=loaded["manager"], limit=limit,
+        bootstrap_iters=bootstrap_iters, log_samples=False, random_seed=seed, numpy_random_seed=seed,
+        torch_random_seed=seed, fewshot_random_seed=seed,
+    )
+    metrics = metrics_from_results(results, family=model.family, output_types=output_types)
+    protocol = {
+        "tasks": names,
+        "limit": limit,
+        "documents": {t: n.get("effective") for t, n in results.get("n-samples", {}).items()},
+        "task_data": {n: t.protocol() for n, t in local.items()},
+        "task_versions": results.get("versions", {}),
+        "output_types": output_types,
+        "lm_eval_version": metadata.version("lm_eval"),
+        "bootstrap_iters": bootstrap_iters,
+        "seq_len": model.seq_len,
+        "tokenizer": tokenizer.spec,
+        "batch_size": batch_size,
+        "estimator": lm.describe(),
+        "mc_samples": None if model.family == "arm" else mc_samples,
+        "adapter": lm.stats.to_dict(),
+        "rolling": ("lm-eval windows of L tokens (BOS prefix, context_len=1), every token scored once"
+                    if model.family == "arm" else "disjoint [BOS] + (L-1)-token chunks, each bounded; the sum is a bound"),
+        "truncation": "context cut from the left (BOS kept); a continuation that cannot fit is an error",
+    }
+    if lm.stats.requests["generate_until"]:
+        protocol["generation"] = {"sampler": sampler or "family default", "steps": steps or "max_gen_toks",
+                                  "temperature": lm.temperature, "dtype": lm.dtype}
+    return make_record(
+        "zeroshot", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
+        seed=seed, device=device, wall_s=time.time() - t0,
+    )
+
+
+def render_zeroshot(record: dict) -> None:
+    """The record as a rich table on stdout (bounds marked <=), with the protocol in one line."""
+    from rich.table import Table
+
+    from harness.logging import stdout_console
+
+    p = record["protocol"]
+    table = Table(title=f"{record['model']['name']} ({record['model']['family']}) zero-shot, lm-eval {p['lm_eval_version']}")
+    for col in ("task", "metric", "kind", "value", "± stderr", "units"):
+        table.add_column(col)
+    for name, m in record["metrics"].items():
+        task, metric = name.split("/", 1)
+        mark = "<= " if m["kind"] == "bound" else ""
+        se = "n/a" if m["stderr"] is None else f"{m['stderr']:.4f}"
+        table.add_row(task, metric, m["kind"], f"{mark}{m['value']:.4f}", se, m["units"])
+    console = stdout_console()
+    console.print(table)
+    a = p["adapter"]
+    k = "" if p["mc_samples"] is None else f" (K={p['mc_samples']})"
+    console.print(
+        f"documents {p['documents']} (limit {p['limit']}); {p['estimator']['kind']}{k}: {p['estimator']['estimator']}; "
+        f"requests {a['requests']}; truncated contexts {a['truncated_requests']} ({a['truncated_context_tokens']} tokens)"
+    )
+
+
+__all__ = ["BOUND_METRICS", "metrics_from_results", "render_zeroshot", "run_zeroshot"]
