@@ -52,6 +52,8 @@ class PrecisionRow:
     idle_steps: float
     wall_s: float
     num_samples: int
+    gen_ppl: float | None = None
+    gen_ppl_stderr: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ def _check_steps(steps: Sequence[int]) -> tuple[int, ...]:
 
 
 def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num_samples: int, batch_size: int,
-         seed: int, entropy_base, control: bool, bos_id: int | None) -> tuple[PrecisionRow, dict[str, Any]]:
+         seed: int, entropy_base, control: bool, bos_id: int | None, judge=None,
+         tokenizer=None) -> tuple[PrecisionRow, dict[str, Any]]:
     out = generate(model, sampler, num_samples=num_samples, batch_size=batch_size, steps=steps, dtype=dtype,
                    method=method, generator=torch.Generator(device=model.device).manual_seed(seed),
                    bos_id=bos_id if sampler == "autoregressive" else None)
@@ -90,9 +93,17 @@ def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num
     metric.update(out.tokens)
     ent = metric.compute()
     summary = out.summary()
+    gen_ppl = gen_ppl_se = None
+    if judge is not None:
+        from harness.metrics.genppl import score_texts
+
+        texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
+        res = score_texts(judge, texts, max_length=min(judge.context, model.seq_len), batch_size=batch_size)[0].compute()
+        gen_ppl, gen_ppl_se = res.gen_ppl, res.stderr
     row = PrecisionRow(sampler=sampler, control=control, steps=steps, dtype=dtype, entropy=ent.mean,
                        entropy_stderr=ent.stderr, units=ent.units, nfe=summary["nfe"],
-                       idle_steps=summary["idle_steps"], wall_s=summary["wall_s"], num_samples=out.num_samples)
+                       idle_steps=summary["idle_steps"], wall_s=summary["wall_s"], num_samples=out.num_samples,
+                       gen_ppl=gen_ppl, gen_ppl_stderr=gen_ppl_se)
     return row, out.protocol
 
 
@@ -110,6 +121,8 @@ def precision_audit(
     entropy_base: str | int = "e",
     bos_id: int | None = None,
     log: Callable[[str], None] | None = None,
+    judge=None,
+    tokenizer=None,
 ) -> PrecisionAudit:
     """Run the audit on a loaded model (see the module docstring).
 
@@ -117,8 +130,13 @@ def precision_audit(
     (the ARM's autoregressive sampler) there is one row per dtype and ``steps`` is not used.
     ``method``: the categorical method in every run ("mdlm-legacy" is MDLM's own draw, so float32
     reproduces the reference behaviour). Every run is seeded with ``seed``. ``bos_id``: the first
-    token of autoregressive samples (the tokenizer's BOS; needed for the ARM).
+    token of autoregressive samples (the tokenizer's BOS; needed for the ARM). ``judge`` (a loaded
+    :mod:`harness.judges` judge) and ``tokenizer``: also score every run's samples for Gen PPL with
+    the same code as ``eval genppl``.
     """
+    if judge is not None and tokenizer is None:
+        raise PrimebenchError("Gen PPL in the precision audit needs the model's tokenizer to decode samples",
+                              fix="the checkpoint has no tokenizer folder")
     if method not in METHODS:
         raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
     names = [str(parse_dtype(d)).removeprefix("torch.") for d in dtypes]
@@ -135,7 +153,7 @@ def precision_audit(
     rows: list[PrecisionRow] = []
     protocols: dict[str, dict[str, Any]] = {}
     common = dict(method=method, num_samples=num_samples, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
-                  bos_id=bos_id)
+                  bos_id=bos_id, judge=judge, tokenizer=tokenizer)
     for T in grid:
         for dtype in names:
             log(f"{main} steps={T if T is not None else 'per unit'} dtype={dtype}")
@@ -164,6 +182,7 @@ def precision_audit(
         "seeding": "every run starts from torch.Generator(device).manual_seed(seed)",
         "entropy": {"units": units_of(entropy_base), "ids": "model token ids", "per": "sample, then mean",
                     "ignore_ids": []},
+        "judge": None if judge is None else judge.spec,
         "sampler_protocol": shared,
         "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"}
                              if controls and control != main else None),
@@ -181,59 +200,86 @@ def _file_sha256(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: float | None = None) -> dict[str, Any]:
-    """The JSON record: rows, protocol and provenance (checkpoint hash, versions, device flags)."""
-    import harness
+def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: float | None = None,
+           cfg=None) -> dict[str, Any]:
+    """A ``primebench-record/1`` record (evaluation "precision") with one item per run in ``rows``.
 
-    ckpt = None if checkpoint is None else Path(checkpoint)
-    return {
-        "kind": "audit/precision",
-        **audit.to_dict(),
-        "provenance": {
-            "checkpoint": None if ckpt is None else str(ckpt),
-            "checkpoint_sha256": None if ckpt is None else _file_sha256(ckpt / "model.safetensors"),
-            "primebench": harness.__version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "wall_s": wall_s,
-        },
+    Each item carries its own metrics (entropy, Gen PPL when judged, NFE, idle steps: estimates)
+    and protocol (sampler, steps, dtype, control). The record also states the float32 matmul flags,
+    which would change a float32 audit if someone set them globally.
+    """
+    from harness.records import Metric, make_record, model_block
+
+    items = []
+    for r in audit.rows:
+        metrics = {
+            "entropy": Metric(r.entropy, None if r.entropy_stderr != r.entropy_stderr else r.entropy_stderr, "estimate",
+                              f"{r.units} per sample, model ids"),
+            "nfe": Metric(r.nfe, None, "estimate", "denoiser calls per sample"),
+            "idle_steps": Metric(r.idle_steps, None, "estimate", "idle steps per sample"),
+        }
+        if r.gen_ppl is not None:
+            metrics["gen_ppl"] = Metric(r.gen_ppl, r.gen_ppl_stderr, "estimate", f"perplexity under {audit.protocol.get('judge')}")
+        items.append({"metrics": {k: v.to_dict() for k, v in metrics.items()},
+                      "protocol": {"sampler": r.sampler + (" (control)" if r.control else ""), "steps": r.steps,
+                                   "dtype": r.dtype, "control": r.control, "num_samples": r.num_samples},
+                      "wall_s_per_sample": r.wall_s})
+    protocol = dict(audit.protocol)
+    protocol["float32_flags"] = {
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
+    model = model_block(None if checkpoint is None else Path(checkpoint), cfg)
+    return make_record("precision", model=model, metrics={}, protocol=protocol, seed=audit.protocol.get("seed"),
+                       wall_s=wall_s, extra={"rows": items})
 
 
 def plot(audit: PrecisionAudit, path: str | Path) -> Path:
-    """Entropy against steps (log x), one line per dtype with stderr bars; controls as horizontal lines."""
+    """Entropy (and Gen PPL when judged) against steps (log x), one line per dtype with stderr bars;
+    controls as horizontal dashed lines."""
     from matplotlib.figure import Figure  # no pyplot: the Agg canvas, no global backend switch
     from matplotlib.ticker import NullFormatter
 
-    fig = Figure(figsize=(6.0, 4.0))
-    ax = fig.add_subplot()
+    judged = any(r.gen_ppl is not None for r in audit.rows)
+    panels = [("entropy", "entropy_stderr")] + ([("gen_ppl", "gen_ppl_stderr")] if judged else [])
+    fig = Figure(figsize=(6.0 * len(panels), 4.0))
     main = audit.main_rows()
     units = main[0].units if main else "nats"
-    colors = {}
-    if main and main[0].steps is not None:
-        for dtype in dict.fromkeys(r.dtype for r in main):
-            rows = sorted((r for r in main if r.dtype == dtype), key=lambda r: r.steps)
-            line = ax.errorbar([r.steps for r in rows], [r.entropy for r in rows],
-                               yerr=[0.0 if r.entropy_stderr != r.entropy_stderr else r.entropy_stderr for r in rows],
-                               marker="o", capsize=3, label=f"{rows[0].sampler} {dtype}")
-            colors[dtype] = line.lines[0].get_color()
-        ax.set_xscale("log")
-        ticks = sorted({r.steps for r in main})
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    else:  # a sampler without steps (ARM): draw its dtypes as lines too
-        for r in main:
-            line = ax.axhline(r.entropy, label=f"{r.sampler} {r.dtype}")
-            colors[r.dtype] = line.get_color()
-    for r in audit.control_rows():
-        ax.axhline(r.entropy, linestyle="--", color=colors.get(r.dtype), label=f"{r.sampler} {r.dtype} (control)")
-    ax.set_xlabel("sampling steps T")
-    ax.set_ylabel(f"unigram entropy per sample ({units})")
-    ax.set_title(f"precision audit ({audit.protocol['method']}, {audit.protocol['num_samples']} samples)")
-    ax.legend(fontsize="small")
+    for i, (field, err_field) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        colors = {}
+
+        def value(r):
+            return getattr(r, field)
+
+        def err(r):
+            e = getattr(r, err_field)
+            return 0.0 if e is None or e != e else e
+
+        if main and main[0].steps is not None:
+            for dtype in dict.fromkeys(r.dtype for r in main):
+                rows = sorted((r for r in main if r.dtype == dtype), key=lambda r: r.steps)
+                line = ax.errorbar([r.steps for r in rows], [value(r) for r in rows], yerr=[err(r) for r in rows],
+                                   marker="o", capsize=3, label=f"{rows[0].sampler} {dtype}")
+                colors[dtype] = line.lines[0].get_color()
+            ax.set_xscale("log")
+            ticks = sorted({r.steps for r in main})
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        else:  # a sampler without steps (ARM): draw its dtypes as lines too
+            for r in main:
+                line = ax.axhline(value(r), label=f"{r.sampler} {r.dtype}")
+                colors[r.dtype] = line.get_color()
+        for r in audit.control_rows():
+            ax.axhline(value(r), linestyle="--", color=colors.get(r.dtype), label=f"{r.sampler} {r.dtype} (control)")
+        ax.set_xlabel("sampling steps T")
+        if field == "entropy":
+            ax.set_ylabel(f"unigram entropy per sample ({units})")
+        else:
+            ax.set_ylabel(f"Gen PPL ({audit.protocol.get('judge')})")
+            ax.set_yscale("log")
+        ax.set_title(f"precision audit ({audit.protocol['method']}, {audit.protocol['num_samples']} samples)")
+        ax.legend(fontsize="small")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,13 +287,14 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
     return path
 
 
-def write_outputs(audit: PrecisionAudit, out_dir: str | Path, *, checkpoint, wall_s: float | None) -> tuple[Path, Path]:
-    """Write ``precision.json`` (the record) and ``precision.png`` (the plot) into ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    json_path = out / "precision.json"
-    json_path.write_text(json.dumps(record(audit, checkpoint=checkpoint, wall_s=wall_s), indent=2))
-    return json_path, plot(audit, out / "precision.png")
+def write_outputs(audit: PrecisionAudit, out_dir: str | Path, *, checkpoint, wall_s: float | None,
+                  cfg=None) -> tuple[Path, Path]:
+    """Write the record (``precision-NAME-HASH.json``, never overwriting another) and the plot with
+    the same stem (``.png``) into ``out_dir``."""
+    from harness.records import write_record
+
+    json_path = write_record(record(audit, checkpoint=checkpoint, wall_s=wall_s, cfg=cfg), Path(out_dir))
+    return json_path, plot(audit, json_path.with_suffix(".png"))
 
 
 __all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "plot", "precision_audit",

@@ -95,7 +95,9 @@ def test_precision_audit_rows_and_seeding():
     assert audit.protocol["method"] == "mdlm-legacy" and audit.protocol["seed"] == 5
     assert audit.protocol["sampler_protocol"]["cache"] is True
     rec = json.loads(json.dumps(record(audit, checkpoint=None)))
-    assert len(rec["rows"]) == 6 and rec["provenance"]["float32_matmul_precision"]
+    assert len(rec["rows"]) == 6 and rec["protocol"]["float32_flags"]["float32_matmul_precision"]
+    assert rec["schema"] == "primebench-record/1" and rec["evaluation"] == "precision"
+    assert rec["rows"][0]["metrics"]["entropy"]["kind"] == "estimate"
     bits = precision_audit(model, steps=(2,), num_samples=3, batch_size=2, controls=False, entropy_base=2, seed=5)
     assert len(bits.rows) == 2 and bits.rows[0].units == "bits"
     assert bits.rows[0].entropy == pytest.approx(audit.rows[0].entropy / math.log(2), rel=1e-12)
@@ -128,18 +130,35 @@ def test_cli_precision_table_json_and_plot(trained, tmp_path):
     table = result.stdout
     for text in ("float32", "float64", "first-hitting (control)", "ancestral", "entropy (nats)"):
         assert text in table
-    rec = json.loads((out / "precision.json").read_text())
-    assert [(r["sampler"], r["steps"], r["dtype"]) for r in rec["rows"]] == [
+    [json_path] = list(out.glob("precision-*.json"))
+    rec = json.loads(json_path.read_text())
+    assert [(r["protocol"]["sampler"], r["protocol"]["steps"], r["protocol"]["dtype"]) for r in rec["rows"]] == [
         ("ancestral", 4, "float32"), ("ancestral", 4, "float64"), ("ancestral", 16, "float32"),
-        ("ancestral", 16, "float64"), ("first-hitting", None, "float32"), ("first-hitting", None, "float64")]
-    assert rec["provenance"]["checkpoint_sha256"] and rec["protocol"]["steps"] == [4, 16]
-    assert (out / "precision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        ("ancestral", 16, "float64"), ("first-hitting (control)", None, "float32"),
+        ("first-hitting (control)", None, "float64")]
+    assert rec["model"]["checkpoint_sha256"] and rec["protocol"]["steps"] == [4, 16]
+    assert json_path.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from harness.tables import build_table, load_records, render
+
+    assert "float32" in render(build_table(load_records([out]), "precision"), "md")
 
     result = runner.invoke(main, ["audit", "precision", ckpt, "--steps", "4", "--samples", "2", "--no-controls",
                                   "--dtypes", "float64", "--bits", "--json"])
     assert result.exit_code == 0, result.output
     rec = json.loads(result.stdout)
-    assert len(rec["rows"]) == 1 and rec["rows"][0]["units"] == "bits" and rec["rows"][0]["dtype"] == "float64"
+    assert len(rec["rows"]) == 1 and rec["rows"][0]["protocol"]["dtype"] == "float64"
+    assert rec["rows"][0]["metrics"]["entropy"]["units"].startswith("bits")
 
     result = runner.invoke(main, ["audit", "precision", ckpt, "--steps", "4", "--sampler", "autoregressive"])
     assert result.exit_code == 2 and "does not support" in result.output
+
+
+def test_cli_precision_with_judge_reports_gen_ppl(trained, tmp_path):
+    from harness.cli import main
+
+    result = CliRunner().invoke(main, ["audit", "precision", str(trained("mdlm")), "--steps", "4", "--samples", "2",
+                                       "--no-controls", "--judge", f"arm:{trained('arm')}", "--json"])
+    assert result.exit_code == 0, result.output
+    rec = json.loads(result.stdout)
+    assert rec["protocol"]["judge"].startswith("arm:")
+    assert all(r["metrics"]["gen_ppl"]["value"] > 1 for r in rec["rows"])
