@@ -122,15 +122,32 @@ class BoundAudit:
         checks = [r.subtoken_holds for r in self.rows if r.subtoken_holds is not None]
         return all(checks) if checks else None
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "audit": "bound",
-            "units": UNITS,
-            "kinds": dict(KINDS),
-            "protocol": dict(self.protocol),
-            "subtoken_bound_always_holds": self.subtoken_always_holds,
-            "rows": [r.to_record() for r in self.rows],
-        }
+    def to_record(self, *, checkpoint=None, cfg=None) -> dict[str, Any]:
+        """A ``primebench-record/1`` record (evaluation "bound"): one item per row in ``rows``, each
+        with its metrics (exact / bound / paper-objective, with stderr where Monte Carlo)."""
+        from harness.records import Metric, make_record, model_block
+
+        items = []
+        for r in self.rows:
+            detail = r.to_record()
+            metrics = {
+                key: Metric(detail[key], detail["stderr"].get(key), kind, UNITS)
+                for key, kind in KINDS.items()
+                if detail.get(key) is not None
+            }
+            items.append({
+                "metrics": {k: m.to_dict() for k, m in metrics.items()},
+                "protocol": {"case": r.name, "method": r.method, "family": r.family},
+                "data_entropy": detail["data_entropy"],
+                "gap_paper_minus_exact": detail["gap_paper_minus_exact"],
+                "subtoken_bound_holds": detail["subtoken_bound_holds"],
+                "verdict": detail["verdict"],
+            })
+        model = model_block(checkpoint, cfg) if checkpoint is not None else {"name": "toy models", "family": "prime"}
+        return make_record(
+            "bound", model=model, metrics={}, protocol=dict(self.protocol), seed=self.protocol.get("seed"),
+            extra={"rows": items, "subtoken_bound_always_holds": self.subtoken_always_holds},
+        )
 
 
 # --------------------------------------------------------------------------------------------

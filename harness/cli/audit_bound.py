@@ -4,6 +4,7 @@ side (logic in :mod:`harness.audit.bound`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import math
 
 import click
@@ -98,8 +99,9 @@ def _summary(audit) -> str:
               help="Validation batches to score (with CHECKPOINT).")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="cpu", show_default=True, help="torch device for a checkpoint's model.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
-def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, device, as_json):
+def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, device, out, as_json):
     """Exact NLL vs the sub-token bound vs the paper's token-joint objective (nats/token).
 
     Without CHECKPOINT: exact enumeration on the reference worked example and random toy models.
@@ -111,6 +113,7 @@ def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, dev
     from harness.audit.bound import checkpoint_audit, toy_audit
     from harness.logging import console
 
+    cfg = None
     if checkpoint is None:
         C, ell, L = toy or (6, 2, 2)
         audit = toy_audit(C, ell, L, seeds=seeds, seed=seed)
@@ -135,8 +138,13 @@ def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, dev
                                  batch_size=batch_size, seed=seed, name=f"{d.corpus}:{d.valid_split}")
         audit = dataclasses.replace(audit, protocol={**audit.protocol, "checkpoint": str(checkpoint), "corpus": d.corpus,
                                                      "split": d.valid_split, "tokenizer": d.tokenizer})
+    record = audit.to_record(checkpoint=checkpoint, cfg=cfg)
+    if out is not None:
+        from harness.records import write_record
+
+        console().log(f"record written to {write_record(record, out)}")
     if as_json:
-        click.echo(json.dumps(audit.to_record()))
+        click.echo(json.dumps(record, default=str))
         return
     out = Console(width=220)
     out.print(_table(audit))

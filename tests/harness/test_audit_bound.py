@@ -33,21 +33,28 @@ def test_toy_json_record():
     res = _invoke("--seeds", "2", "--toy", "5,2,2", "--json")
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
-    assert rec["units"] == "nats/token" and rec["protocol"]["C"] == 5
+    assert rec["schema"] == "primebench-record/1" and rec["evaluation"] == "bound" and rec["protocol"]["C"] == 5
     assert rec["subtoken_bound_always_holds"] is True
     rows = rec["rows"]
     assert len(rows) == 1 + 2 * 2
     worked = rows[0]
-    assert round(worked["exact_nll"], 4) == 1.0182 == round(worked["data_entropy"], 4)
-    assert round(worked["subtoken_bound"], 4) == 1.0182
-    assert round(worked["token_joint"], 4) == 0.8342
-    assert worked["kinds"] == {"exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
-    assert worked["gap_paper_minus_exact"] == pytest.approx(worked["token_joint"] - worked["exact_nll"])
-    assert worked["verdict"] == BELOW and worked["stderr"] == {}
+    m = {k: v["value"] for k, v in worked["metrics"].items()}
+    assert round(m["exact_nll"], 4) == 1.0182 == round(worked["data_entropy"], 4)
+    assert round(m["subtoken_bound"], 4) == 1.0182
+    assert round(m["token_joint"], 4) == 0.8342
+    assert {k: v["kind"] for k, v in worked["metrics"].items()} == {
+        "exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
+    assert all(v["units"] == "nats/token" for v in worked["metrics"].values())
+    assert worked["gap_paper_minus_exact"] == pytest.approx(m["token_joint"] - m["exact_nll"])
+    assert worked["verdict"] == BELOW and all(v["stderr"] is None for v in worked["metrics"].values())
     for row in rows:
-        assert {"name", "exact_nll", "subtoken_bound", "token_joint", "units", "kinds", "verdict"} <= set(row)
-        assert row["subtoken_bound"] >= row["exact_nll"] - 1e-9
-        assert row["verdict"] == (BELOW if row["token_joint"] < row["exact_nll"] else ABOVE)
+        m = {k: v["value"] for k, v in row["metrics"].items()}
+        assert set(m) == {"exact_nll", "subtoken_bound", "token_joint"} and "case" in row["protocol"]
+        assert m["subtoken_bound"] >= m["exact_nll"] - 1e-9
+        assert row["verdict"] == (BELOW if m["token_joint"] < m["exact_nll"] else ABOVE)
+    from harness.tables import build_table, render
+
+    assert "0.8342" in render(build_table([rec], "bound"), "md")
 
 
 def test_toy_rows_against_known_answers():
@@ -95,12 +102,12 @@ def test_prime_checkpoint_shows_both_labelled_numbers(trained):
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
     assert rec["protocol"]["checkpoint"] == path and rec["protocol"]["split"] == "validation"
+    assert rec["model"]["family"] == "prime" and rec["model"]["checkpoint_sha256"]
     (row,) = rec["rows"]
-    assert row["exact_nll"] is None and row["method"] == "monte-carlo"
-    assert row["kinds"] == {"subtoken_bound": "bound", "token_joint": "paper-objective"}
-    assert row["stderr"]["subtoken_bound"] > 0 and row["stderr"]["token_joint"] > 0
+    assert "exact_nll" not in row["metrics"] and row["protocol"]["method"] == "monte-carlo"
+    assert {k: v["kind"] for k, v in row["metrics"].items()} == {"subtoken_bound": "bound", "token_joint": "paper-objective"}
     for key in ("subtoken_bound", "token_joint"):
-        assert 0 < row[key] < 10 and row["perplexity"][key] == pytest.approx(math.exp(row[key]))
+        assert row["metrics"][key]["stderr"] > 0 and 0 < row["metrics"][key]["value"] < 10
     assert _invoke(path, "--toy", "6,2,2").exit_code != 0  # toy shapes only without a checkpoint
 
 
