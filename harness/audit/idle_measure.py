@@ -1,0 +1,238 @@
+"""Idle steps measured through the real ancestral sampler, next to the analytic ISR of :mod:`harness.audit.idle`.
+
+Whether a masked unit unmasks in a step does not depend on the network (Zheng et al. Sec. 4.1;
+MDM-Prime Fig. 2 simulates exactly this), so the idle-step ratio can be measured with any denoiser.
+We use :class:`UniformDenoiser`, a parameter-free stand-in with the attributes a sampler reads
+(``family``, ``vocab_size``, ``seq_len``, ``mask_id``, ``schedule``, ``time_conditioning``,
+``log_probs``; for Prime also ``ell``, ``base``, ``carry_over``, ``encode``), and run
+:func:`harness.sampling.generate` with ``sampler="ancestral"``: the same grid, caching and
+per-sample idle counting as any real run, and for ell > 1 the Prime sub-token path.
+
+The measured ISR is per sequence (batch = 1, the paper's setting): the sampler counts idle steps
+per sample, and the samples of one generate call are independent, so ``runs`` samples in one call
+are ``runs`` independent runs. The draws are made in float64 so that the fp32 Gumbel truncation
+(Zheng et al. Sec. 5) cannot bias the unmasking decisions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness.audit.idle import expected_nfe, idle_step_ratio
+from harness.errors import PrimebenchError
+from harness.schedules import Schedule, get_schedule
+
+#: MDM-Prime Table 1 ISR (percent) at L = T = 1024, linear schedule, one sequence, by ell.
+PAPER_ISR_PERCENT: dict[int, float] = {1: 36.77, 2: 13.52, 3: 4.97, 4: 1.83, 6: 0.25, 8: 0.03}
+PAPER_SETTING = {"length": 1024, "steps": 1024, "schedule": "linear"}
+
+#: vocabulary of the stand-in: 8-bit symbols (Prime bases 256, 16, 7, 4, 3, 2 for ell = 1, 2, 3, 4, 6, 8)
+STANDIN_VOCAB = 2
+
+
+class UniformDenoiser(nn.Module):
+    """A denoiser whose every prediction is uniform: MDLM-shaped for ell = 1, Prime-shaped for ell > 1.
+
+    ``log_probs(z_t, t)``: (B, L) or (B, L, ell) -> (B, L, C) float32. MDLM: log(1/C) everywhere
+    (the sampler only uses the masked positions). Prime: uniform over V(y^i), the valid codes
+    consistent with the revealed sub-tokens (the carry-over restricted joint of uniform logits), so
+    no invalid code is ever drawn. Time-independent, so the sampler's caching is exact.
+    """
+
+    def __init__(self, *, vocab_size: int, seq_len: int, ell: int = 1, schedule: str | Schedule = "linear"):
+        super().__init__()
+        from prime.subtokens import mask_id, subtoken_base
+
+        self.family = "prime" if ell > 1 else "mdlm"
+        self.vocab_size = int(vocab_size)
+        self.seq_len = int(seq_len)
+        self.ell = int(ell)
+        self.base = subtoken_base(self.vocab_size, self.ell)
+        self.mask_id = mask_id(self.base) if ell > 1 else self.vocab_size
+        self.carry_over = True
+        self.time_conditioning = False
+        self.schedule = get_schedule(schedule)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def encode(self, x0: torch.Tensor) -> torch.Tensor:
+        """(...) token ids -> (..., ell) sub-tokens (Prime only)."""
+        from prime.subtokens import encode
+
+        return encode(x0, self.base, self.ell)
+
+    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+        if self.family == "mdlm":
+            return torch.full((*z_t.shape, self.vocab_size), -math.log(self.vocab_size), dtype=torch.float32)
+        from prime.subtokens import consistent
+
+        ok = consistent(z_t, self.vocab_size, self.base, self.ell)  # (B, L, C)
+        log_count = torch.log(ok.sum(-1, keepdim=True).float())
+        return torch.where(ok, -log_count, torch.tensor(float("-inf")))
+
+
+@dataclass(frozen=True)
+class IdleMeasurement:
+    """ISR and NFE of ``runs`` single-sequence runs of the real ancestral sampler.
+
+    ``isr`` is a fraction (idle steps / T), ``nfe`` in denoiser calls per sequence (with caching);
+    ``*_stderr`` are standard errors of the mean over runs (None for one run). ``wall_s`` seconds.
+    """
+
+    runs: int
+    isr: float
+    isr_stderr: float | None
+    nfe: float
+    nfe_stderr: float | None
+    wall_s: float
+
+
+def _mean_stderr(x: torch.Tensor) -> tuple[float, float | None]:
+    x = x.double()
+    se = float(x.std() / math.sqrt(x.numel())) if x.numel() > 1 else None
+    return float(x.mean()), se
+
+
+def measure_idle(length: int, steps: int, ell: int, *, schedule: str | Schedule = "linear", runs: int,
+                 seed: int = 0, vocab_size: int = STANDIN_VOCAB, max_batch: int = 64) -> IdleMeasurement:
+    """Run :func:`harness.sampling.generate` (ancestral, float64 Gumbel draws, caching on) ``runs``
+    times on one sequence of ``length`` tokens with the uniform stand-in, ``max_batch`` runs per call."""
+    from harness.sampling import generate
+
+    for name, value in (("length", length), ("steps", steps), ("ell", ell), ("runs", runs), ("vocab_size", vocab_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PrimebenchError(f"{name} must be a positive integer, got {value!r}")
+    model = UniformDenoiser(vocab_size=vocab_size, seq_len=length, ell=ell, schedule=schedule)
+    began = time.perf_counter()
+    out = generate(model, "ancestral", num_samples=runs, batch_size=min(runs, max_batch), steps=steps,
+                   dtype="float64", method="gumbel", cache=True, generator=seed)
+    wall = time.perf_counter() - began
+    isr, isr_se = _mean_stderr(out.idle_fraction)
+    nfe, nfe_se = _mean_stderr(out.nfe)
+    return IdleMeasurement(runs=runs, isr=isr, isr_stderr=isr_se, nfe=nfe, nfe_stderr=nfe_se, wall_s=wall)
+
+
+@dataclass(frozen=True)
+class IdleRow:
+    """One ell. Ratios are fractions of the T steps; NFE in denoiser calls.
+
+    ``isr``: one sequence, (1/T) sum_k (1 - Delta_k)^(L ell); ``isr_batch``: the whole batch of B
+    sequences idle, exponent B L ell; ``expected_nfe``: :func:`harness.audit.idle.expected_nfe`,
+    caching per sequence (the MDLM/Prime loop's convention); ``expected_nfe_sampler``: T (1 - ISR),
+    the expectation for this harness's sampler, which also skips the call when nothing is masked
+    (it differs by P(step T idle) < 1 call); ``expected_nfe_batch``: caching per batch (the
+    MDLM/Prime code's ``allclose`` check over the batch);
+    ``paper_percent``: MDM-Prime Table 1 in percent where the setting is the paper's, else None;
+    ``measured``: the real sampler on one sequence, None with ``runs = 0``.
+    """
+
+    ell: int
+    units: int
+    isr: float
+    isr_batch: float
+    expected_nfe: float
+    expected_nfe_sampler: float
+    expected_nfe_batch: float
+    paper_percent: float | None
+    measured: IdleMeasurement | None
+
+
+@dataclass(frozen=True)
+class IdleAudit:
+    """The idle-step audit for one (L, T, schedule, B) and several ell."""
+
+    length: int
+    steps: int
+    schedule: str
+    batch: int
+    runs: int
+    seed: int
+    rows: tuple[IdleRow, ...]
+    wall_s: float
+
+    @property
+    def is_paper_setting(self) -> bool:
+        return (self.length, self.steps, self.schedule) == tuple(PAPER_SETTING.values())
+
+    def to_record(self) -> dict:
+        """A ``primebench-record/1`` document (``evaluation = "idle"``)."""
+        from dataclasses import asdict
+
+        from harness.records import Metric, make_record, model_block
+
+        metrics: dict[str, Metric] = {}
+        for r in self.rows:
+            metrics[f"isr[ell={r.ell}]"] = Metric(r.isr, 0.0, "exact", "fraction of steps")
+            metrics[f"isr_batch[ell={r.ell},B={self.batch}]"] = Metric(r.isr_batch, 0.0, "exact", "fraction of steps")
+            metrics[f"expected_nfe[ell={r.ell}]"] = Metric(r.expected_nfe, 0.0, "exact", "calls per sequence")
+            if r.measured is not None:
+                m = r.measured
+                metrics[f"isr_measured[ell={r.ell}]"] = Metric(m.isr, m.isr_stderr, "estimate", "fraction of steps")
+                metrics[f"nfe_measured[ell={r.ell}]"] = Metric(m.nfe, m.nfe_stderr, "estimate", "calls per sequence")
+        protocol = {
+            "length": self.length, "steps": self.steps, "schedule": self.schedule, "batch": self.batch,
+            "ells": [r.ell for r in self.rows], "runs": self.runs,
+            "grid": "t_k = 1 - k/T, k = 0..T (t_end = 0: the last step reveals every unit)",
+            "isr_definition": "idle steps / T; a step is idle when no unit (token, or sub-token for ell > 1) changes",
+            "isr_batch_definition": "a step is idle for the batch when none of its B sequences changes",
+            "nfe_convention": "step 1 calls the network; step k > 1 calls it iff step k-1 changed the state "
+                              "(expected_nfe = T - sum_{k<T} P(step k idle)); no final noise-removal call",
+            "measurement": None if self.runs == 0 else {
+                "sampler": "ancestral", "runs": self.runs, "per": "sequence (batch = 1)", "cache": True,
+                "dtype": "float64", "method": "gumbel", "seed": self.seed,
+                "denoiser": f"UniformDenoiser (uniform p(x0 | z_t), C = {STANDIN_VOCAB}; MDLM for ell = 1, "
+                            "Prime with carry-over for ell > 1)",
+            },
+            "paper": "MDM-Prime Table 1 (L = T = 1024, linear, one sequence)" if self.is_paper_setting else None,
+        }
+        return make_record(
+            "idle", model=model_block(None, name="uniform-stand-in", family="mdlm|prime"), metrics=metrics,
+            protocol=protocol, seed=self.seed if self.runs else None, wall_s=self.wall_s,
+            extra={"rows": [asdict(r) for r in self.rows]},
+        )
+
+
+def idle_audit(*, length: int, steps: int, ells: list[int], schedule: str = "linear", batch: int = 1,
+               runs: int = 0, seed: int = 0, log=None) -> IdleAudit:
+    """Analytic ISR (one sequence and whole batch), expected NFE, and (``runs`` > 0) the measured ISR
+    through the real ancestral sampler, for each ell. ``log(message)`` reports progress."""
+    if not ells:
+        raise PrimebenchError("no ell given", fix="pass e.g. ells=[1, 2, 3, 4, 6, 8]")
+    for name, value in (("length", length), ("steps", steps), ("batch", batch), *(("ell", e) for e in ells)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PrimebenchError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 0:
+        raise PrimebenchError(f"runs must be an integer >= 0, got {runs!r}", fix="0 skips the measurement")
+    name = get_schedule(schedule).name
+    paper = (length, steps, name) == tuple(PAPER_SETTING.values())
+    began = time.perf_counter()
+    rows = []
+    for ell in ells:
+        measured = None
+        if runs:
+            measured = measure_idle(length, steps, ell, schedule=schedule, runs=runs, seed=seed)
+            if log is not None:
+                log(f"ell={ell}: {runs} sampler runs at L={length}, T={steps} in {measured.wall_s:.1f} s")
+        rows.append(IdleRow(
+            ell=ell, units=length * ell,
+            isr=idle_step_ratio(length, steps, ell, schedule),
+            isr_batch=idle_step_ratio(length, steps, ell, schedule, batch),
+            expected_nfe=expected_nfe(length, steps, ell, schedule),
+            expected_nfe_sampler=steps * (1.0 - idle_step_ratio(length, steps, ell, schedule)),
+            expected_nfe_batch=expected_nfe(length, steps, ell, schedule, batch),
+            paper_percent=PAPER_ISR_PERCENT.get(ell) if paper else None,
+            measured=measured,
+        ))
+    return IdleAudit(length=length, steps=steps, schedule=name, batch=batch, runs=runs, seed=seed,
+                     rows=tuple(rows), wall_s=time.perf_counter() - began)
+
+
+__all__ = ["PAPER_ISR_PERCENT", "STANDIN_VOCAB", "UniformDenoiser", "IdleMeasurement", "measure_idle",
+           "IdleRow", "IdleAudit", "idle_audit"]
