@@ -39,4 +39,4 @@ def stdout_console() -> Console:
     """Console for results on stdout; wide when piped so tables are not wrapped mid-label."""
     import sys
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    return Console(width=None if sys.stdout.isatty() else 200)

@@ -42,7 +42,8 @@ _IGNORED_LEAVES = frozenset({
     "command", "seeded", "estimators", "judge_description",
 })
 # Keys fixed by the model family: compared only between rows of the same family.
-_FAMILY_LEAVES = frozenset({"token_convention", "stderr_method", "noise_removal", "cache", "cache_exact"})
+_FAMILY_LEAVES = frozenset({"token_convention", "stderr_method", "noise_removal", "cache", "cache_exact",
+                            "prefix_len", "time_sampler"})
 # PPL records: the packing statistics follow from the data and the packing settings.
 _PPL_IGNORED = frozenset({"rows_scored", "tokens_scored"} | {f"packing.{k}" for k in (
     "corpus", "split", "tokenizer", "seq_len", "documents", "document_tokens", "tokens_in", "tokens_dropped",
@@ -578,7 +579,7 @@ def to_rich(table: Table):
     out = RichTable(title=Text(table.title), caption=caption, caption_justify="left")
     for col in table.columns:
         out.add_column(Text(_title_text(col, "text").replace(", ", "\n")), justify="right" if col.numeric else "left",
-                       no_wrap=col.numeric or col.key in ("model", "family"))
+                       no_wrap=col.key not in ("protocol", "case"))
     for row in table.rows:
         out.add_row(*(Text(_cell_text(c, "text")) for c in row))
     return out

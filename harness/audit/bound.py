@@ -130,8 +130,9 @@ class BoundAudit:
         items = []
         for r in self.rows:
             detail = r.to_record()
+            enumerated = r.method != "monte-carlo"  # exact enumeration: no Monte-Carlo error
             metrics = {
-                key: Metric(detail[key], detail["stderr"].get(key), kind, UNITS)
+                key: Metric(detail[key], detail["stderr"].get(key, 0.0 if enumerated else None), kind, UNITS)
                 for key, kind in KINDS.items()
                 if detail.get(key) is not None
             }

