@@ -10,7 +10,7 @@ import click
 
 @click.group("eval")
 def eval_group():
-    """Evaluate checkpoints: perplexity and bounds (ppl)."""
+    """Evaluate checkpoints: perplexity and bounds (ppl), Gen PPL with entropy (genppl), zero-shot tasks (zeroshot)."""
 
 
 def emit_record(record: dict, *, out: Path | None, as_json: bool, render) -> None:
