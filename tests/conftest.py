@@ -41,3 +41,14 @@ def trained(tmp_path_factory):
         return cache[family]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny tensors: intra-op threads only add overhead (and contend on a loaded 2-core machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -7,16 +7,12 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import int_list
+
 
 def _parse_ells(ctx, param, value: str) -> list[int]:
-    """Click callback: "1,2,3" -> [1, 2, 3], every entry a positive integer."""
-    try:
-        ells = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers (e.g. 1,2,3,4,6,8)") from None
-    if not ells or min(ells) < 1:
-        raise click.BadParameter(f"{value!r}: every ell must be an integer >= 1 (ell = 1 is MDLM), e.g. 1,2,4")
-    return ells
+    """Click callback: "1,2,3" -> [1, 2, 3], every entry a positive integer (ell = 1 is MDLM)."""
+    return int_list(value, example="1,2,3,4,6,8")
 
 
 def _pct(x: float) -> str:

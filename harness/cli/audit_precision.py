@@ -8,15 +8,9 @@ import time
 
 import click
 
+from harness.cli.options import int_list
 
-def _int_list(value: str) -> list[int]:
-    try:
-        out = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers (e.g. 64,256,1024)") from None
-    if not out or min(out) < 1:
-        raise click.BadParameter(f"{value!r}: give positive integers, e.g. 64,256,1024")
-    return out
+
 
 
 def _table(audit):
@@ -67,7 +61,7 @@ def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls,
     from harness.audit.precision import precision_audit, record, write_outputs
     from harness.logging import console
 
-    step_list = _int_list(steps)
+    step_list = int_list(steps)
     dtype_list = [d.strip() for d in dtypes.split(",") if d.strip()]
     began = time.perf_counter()
     model, tokenizer, cfg = harness.load(checkpoint, device=device)

@@ -13,6 +13,8 @@ import math
 import pytest
 import torch
 
+from tests.toys import randomize
+
 from harness.models import build_model
 from prime.bounds import exact_nll, subtoken_bound
 
@@ -24,13 +26,6 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def randomize(model, seed: int, std: float = 0.2):
-    """Overwrite every parameter with N(0, std^2) draws: outputs depend on the input."""
-    g = _gen(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(std * torch.randn(p.shape, generator=g))
-    return model.eval()
 
 
 def tokens_denoiser(model):

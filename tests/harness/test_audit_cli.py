@@ -16,13 +16,7 @@ from harness.cli import main
 PAPER = {1: "36.77", 2: "13.52", 3: "4.97", 4: "1.83", 6: "0.25", 8: "0.03"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: intra-op threads only add overhead."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _audit(*args: str):

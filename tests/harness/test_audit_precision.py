@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+
+from tests.toys import tiny
 from click.testing import CliRunner
 
 from harness.audit.precision import precision_audit, record
@@ -16,22 +18,9 @@ from harness.metrics import MeanEntropy, unigram_entropy
 from harness.models import build_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add overhead."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def tiny(family: str, *, C: int, L: int, **kwargs):
-    model = build_model(family, vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, **kwargs)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model.eval()
 
 
 # -- entropy --------------------------------------------------------------------------------------

@@ -16,13 +16,7 @@ from harness.lmeval.tasks import lastword_passages, rolling_config
 DIFFUSION = ("mdlm", "masked", "prime")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Two CPU threads on a shared two-core box spin against each other (7x slower here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _instance(kind, args, task="t", doc=0):

@@ -10,6 +10,8 @@ from collections import defaultdict
 
 import pytest
 import torch
+
+from tests.toys import tiny
 from scipy import stats
 
 from harness.audit.idle import idle_step_ratio
@@ -23,23 +25,9 @@ from prime.bounds import exact_nll
 from prime.subtokens import consistent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add overhead (10x on a loaded 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def tiny(family: str, *, C: int, L: int, seed: int = 0, **kwargs):
-    """A tiny model re-initialised with N(0, 0.3^2) weights, so its distributions are not uniform."""
-    model = build_model(family, vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, **kwargs)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model.eval()
 
 
 def chi2_pvalue(tokens: torch.Tensor, probs: dict[tuple, float]) -> float:
