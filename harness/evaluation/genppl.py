@@ -16,60 +16,96 @@ from pathlib import Path
 import torch
 
 from harness.metrics.entropy import MeanEntropy
-from harness.metrics.genppl import score_texts
 
 
-def sample_texts(model, tokenizer, *, sampler, steps, samples, dtype, method, nucleus_p, temperature, batch_size, seed, seq_len=None):
-    """Draw ``samples`` sequences and decode them. Returns (SampleOutput, texts, wall seconds)."""
+def _sample_batch(model, tokenizer, *, sampler, steps, n, dtype, method, nucleus_p, temperature, seed):
     from harness.sampling import generate
 
-    original = model.seq_len
-    if seq_len is not None:
-        if seq_len > original:
-            from harness.errors import DataError
+    g = torch.Generator(device=model.device).manual_seed(seed)
+    return generate(
+        model, sampler, num_samples=n, batch_size=n, steps=steps, temperature=temperature, nucleus_p=nucleus_p,
+        dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id,
+    )
 
-            raise DataError(
-                f"--seq-len {seq_len} is longer than the model's sequence length {original}",
-                fix=f"use --seq-len <= {original}",
-            )
-        model.seq_len = seq_len
-    try:
-        g = torch.Generator(device=model.device).manual_seed(seed)
+
+def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype, method, nucleus_p, temperature,
+                     batch_size, seed, max_length, rank: int = 0, world: int = 1):
+    """Draw and score this rank's batches. Returns (per-sample rows, sampler protocol, sampling seconds).
+
+    Batch b (of ``batch_size`` samples) is drawn with its own generator seeded by (seed, b) and is
+    handled by rank ``b % world``, so the samples and every per-sample number are the same for any
+    number of ranks.
+    """
+    from harness.evaluation.ppl import batch_seed
+    from harness.metrics.genppl import score_texts
+    
+    rows, protocol, wall = [], None, 0.0
+    for b, start in enumerate(range(0, samples, batch_size)):
+        if b % world != rank:
+            continue
+        n = min(batch_size, samples - start)
         t0 = time.time()
-        out = generate(
-            model, sampler, num_samples=samples, batch_size=batch_size, steps=steps, temperature=temperature,
-            nucleus_p=nucleus_p, dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id,
-        )
-        wall = time.time() - t0
-    finally:
-        model.seq_len = original
-    texts = [tokenizer.decode(row.tolist()) for row in out.tokens]
-    return out, texts, wall
+        out = _sample_batch(model, tokenizer, sampler=sampler, steps=steps, n=n, dtype=dtype, method=method,
+                            nucleus_p=nucleus_p, temperature=temperature, seed=batch_seed(seed, b))
+        wall += time.time() - t0
+        protocol = out.protocol
+        texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
+        judged = None
+        if judge is not None:
+            metric, judge_ids = score_texts(judge, texts, max_length=max_length, batch_size=n)
+            judged = (metric.nats, metric.counts, judge_ids, metric.truncated_flags)
+        for i, text in enumerate(texts):
+            rows.append({
+                "index": start + i,
+                "text": text,
+                "tokens": out.tokens[i].tolist(),
+                "nfe": int(out.nfe[i]),
+                "idle_steps": int(out.idle_steps[i]),
+                "judge_nats": None if judged is None else judged[0][i],
+                "judge_targets": None if judged is None else judged[1][i],
+                "judge_ids": None if judged is None else judged[2][i],
+                "judge_truncated": None if judged is None else judged[3][i],
+            })
+    return rows, protocol, wall
 
 
-def gen_ppl_metrics(out, texts, judge, *, max_length: int, batch_size: int, bits: bool = False):
-    """Gen PPL and both entropies for decoded samples. Returns (metrics dict, per-sample judge ids)."""
+def gather_rows(rows: list[dict], world: int) -> list[dict]:
+    """All ranks' per-sample rows, in sample order (one all-gather: the only reduction)."""
+    if world > 1:
+        import torch.distributed as dist
+
+        parts = [None] * world
+        dist.all_gather_object(parts, rows)
+        rows = [r for part in parts for r in part]
+    return sorted(rows, key=lambda r: r["index"])
+
+
+def metrics_from_rows(rows: list[dict], *, judge_spec: str | None, bits: bool = False) -> dict:
+    """Gen PPL, entropies and NFE from per-sample rows (see :mod:`harness.metrics.genppl`)."""
+    from harness.metrics.genppl import GenPPL
     from harness.records import Metric
 
     base = 2 if bits else "e"
     units = "bits" if bits else "nats"
-    ent_model = MeanEntropy(base=base)
-    ent_model.update(out.tokens)
     metrics = {}
-    judge_ids = None
-    if judge is not None:
-        gp, judge_ids = score_texts(judge, texts, max_length=max_length, batch_size=batch_size)
+    if judge_spec is not None:
+        gp = GenPPL()
+        gp.add(torch.tensor([r["judge_nats"] for r in rows], dtype=torch.float64),
+               torch.tensor([r["judge_targets"] for r in rows], dtype=torch.float64))
         res = gp.compute()
-        metrics["gen_ppl"] = Metric(res.gen_ppl, res.stderr, "estimate", f"perplexity under {judge.spec}")
+        metrics["gen_ppl"] = Metric(res.gen_ppl, res.stderr, "estimate", f"perplexity under {judge_spec}")
         ent_judge = MeanEntropy(base=base)
-        ent_judge.update(judge_ids)
+        ent_judge.update([r["judge_ids"] for r in rows])
         ej = ent_judge.compute()
         metrics["entropy_judge"] = Metric(ej.mean, ej.stderr, "estimate", f"{units} per sample, judge ids")
+    ent_model = MeanEntropy(base=base)
+    ent_model.update([r["tokens"] for r in rows])
     em = ent_model.compute()
     metrics["entropy_model"] = Metric(em.mean, em.stderr, "estimate", f"{units} per sample, model ids")
-    nfe = out.nfe.double()
-    metrics["nfe"] = Metric(float(nfe.mean()), float(nfe.std() / math.sqrt(nfe.numel())) if nfe.numel() > 1 else None, "estimate", "denoiser calls per sample")
-    return metrics, judge_ids
+    nfe = torch.tensor([r["nfe"] for r in rows], dtype=torch.float64)
+    metrics["nfe"] = Metric(float(nfe.mean()), float(nfe.std() / math.sqrt(nfe.numel())) if nfe.numel() > 1 else None,
+                            "estimate", "denoiser calls per sample")
+    return metrics
 
 
 def run_genppl(
@@ -90,57 +126,81 @@ def run_genppl(
     device: str = "cpu",
     judge_obj=None,
 ):
-    """Sample, score and return ``(record, samples as list of dicts)``."""
-    from harness import load
+    """Sample, score and return ``(record, samples as list of dicts)``.
+
+    Under ``torchrun`` the batches are shared out over the ranks and the per-sample results are
+    gathered once; every rank returns the same record.
+    """
+    from harness import distributed, load
+    from harness.errors import DataError
     from harness.judges import load_judge
     from harness.records import Metric, make_record, model_block
 
     t0 = time.time()
+    info = distributed.setup(device)
+    device = str(info.device) if info.world > 1 else device
     model, tokenizer, cfg = load(checkpoint, device=device)
     if tokenizer is None:
         from harness.data import get_tokenizer
 
         tokenizer = get_tokenizer(cfg.data.tokenizer)
     the_judge = judge_obj if judge_obj is not None else (load_judge(judge, device=device) if judge else None)
-    out, texts, sample_wall = sample_texts(
-        model, tokenizer, sampler=sampler, steps=steps, samples=samples, dtype=dtype, method=method,
-        nucleus_p=nucleus_p, temperature=temperature, batch_size=batch_size, seed=seed, seq_len=seq_len,
-    )
-    L = seq_len or model.seq_len
-    max_length = L if the_judge is None else min(the_judge.context, max(L, 1))
+    original = model.seq_len
+    L = seq_len or original
+    if L > original:
+        raise DataError(f"--seq-len {L} is longer than the model's sequence length {original}", fix=f"use --seq-len <= {original}")
     # MDLM truncates the retokenised sample at the model length; a judge with a different tokenizer
     # may need more tokens for the same text, so truncation is counted and recorded.
-    metrics, judge_ids = gen_ppl_metrics(out, texts, the_judge, max_length=max_length, batch_size=batch_size, bits=bits)
-    metrics["samples_per_s"] = Metric(samples / max(sample_wall, 1e-9), None, "estimate", "samples per second (sampling only)")
-    protocol = dict(out.protocol)
+    max_length = L if the_judge is None else min(the_judge.context, L)
+    model.seq_len = L  # generate a canvas of L tokens (the backbone accepts any length up to its own)
+    try:
+        rows, sampler_protocol, sample_wall = sample_and_score(
+            model, tokenizer, the_judge, sampler=sampler, steps=steps, samples=samples, dtype=dtype, method=method,
+            nucleus_p=nucleus_p, temperature=temperature, batch_size=batch_size, seed=seed, max_length=max_length,
+            rank=info.rank, world=info.world,
+        )
+    finally:
+        model.seq_len = original
+    rows = gather_rows(rows, info.world)
+    walls = distributed.all_reduce_sum(torch.tensor([sample_wall], dtype=torch.float64))
+    if sampler_protocol is None:  # this rank drew no batch: take the protocol from a 1-sample dry run
+        sampler_protocol = {}
+    if info.world > 1:
+        import torch.distributed as dist
+
+        protos = [None] * info.world
+        dist.all_gather_object(protos, sampler_protocol)
+        sampler_protocol = next(p for p in protos if p)
+    metrics = metrics_from_rows(rows, judge_spec=None if the_judge is None else the_judge.spec, bits=bits)
+    metrics["samples_per_s"] = Metric(samples / max(float(walls), 1e-9), None, "estimate",
+                                      "samples per second of sampling time, summed over ranks")
+    protocol = dict(sampler_protocol)
+    protocol.pop("num_samples", None)
+    protocol.pop("batch_size", None)
     protocol.update(
         samples=samples,
+        batch_size=batch_size,
         seq_len=L,
         seed=seed,
+        seeding="batch b of batch_size samples is drawn with its own generator seeded by (seed, b)",
+        world_size=info.world,
         judge=None if the_judge is None else the_judge.spec,
         judge_description=None if the_judge is None else the_judge.description,
-        judge_retokenization={"special_tokens_added": False, "max_length": max_length, "pad": "judge EOS",
+        judge_retokenization={"special_tokens_added": False, "max_length": max_length, "pad": "judge EOS (never counted)",
                               "counted_targets": "non-EOS targets plus the first EOS (MDLM)"} if the_judge else None,
+        judge_truncated_samples=None if the_judge is None else sum(1 for r in rows if r["judge_truncated"]),
         gen_ppl_aggregation="token-weighted over all samples: exp(sum nats / sum counted targets)",
         entropy={"definition": "per-sample unigram entropy of token ids, mean over samples",
                  "units": "bits" if bits else "nats", "ids": ["model (all L generated ids)", "judge (retokenised, unpadded)"]},
         tokenizer=tokenizer.spec,
     )
-    rows = []
-    for i, text in enumerate(texts):
-        rows.append({
-            "index": i,
-            "text": text,
-            "tokens": out.tokens[i].tolist(),
-            "nfe": int(out.nfe[i]),
-            "idle_steps": int(out.idle_steps[i]),
-            "judge_tokens": None if judge_ids is None else len(judge_ids[i]),
-        })
+    out_rows = [{k: v for k, v in r.items() if k != "judge_ids"} | {"judge_tokens": None if r["judge_ids"] is None else len(r["judge_ids"])}
+                for r in rows]
     record = make_record(
         "genppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol, seed=seed,
         device=device, wall_s=time.time() - t0,
     )
-    return record, rows
+    return record, out_rows
 
 
 def write_samples(rows: list[dict], path: Path) -> Path:

@@ -48,6 +48,7 @@ class GenPPL:
         self.nats: list[float] = []
         self.counts: list[float] = []
         self.truncated = 0
+        self.truncated_flags: list[bool] = []
 
     def update(self, nats: torch.Tensor, counted: torch.Tensor) -> None:
         """``nats`` (B, T-1) per-target NLL and ``counted`` (B, T-1) bool from :func:`counted_targets`."""
@@ -86,6 +87,7 @@ def score_texts(judge, texts: list[str], *, max_length: int, batch_size: int = 8
         chunk = texts[start : start + batch_size]
         encoded = [judge.encode(t) for t in chunk]
         for ids in encoded:
+            metric.truncated_flags.append(len(ids) > max_length)
             if len(ids) > max_length:
                 metric.truncated += 1
         encoded = [ids[:max_length] for ids in encoded]

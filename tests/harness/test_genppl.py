@@ -122,3 +122,27 @@ def test_smollm2_offline_judge_loads_and_scores():
     good, _ = score_texts(judge, ["The capital of France is Paris. It is a large city in Europe."], max_length=64)
     bad, _ = score_texts(judge, ["Paris city the a Europe in capital large is France. of It is"], max_length=64)
     assert good.compute().gen_ppl < bad.compute().gen_ppl
+
+
+def test_sharded_over_two_processes_equals_one(trained):
+    """torchrun with two gloo ranks draws disjoint batches and gathers once: same record as one process."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from harness.evaluation.genppl import run_genppl
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    ckpt, judge = str(trained("mdlm")), f"arm:{trained('arm')}"
+    args = ["eval", "genppl", ckpt, "--samples", "5", "--batch-size", "2", "--steps", "4", "--judge", judge, "--json"]
+    proc = subprocess.run(
+        [torchrun, "--nproc_per_node", "2", "--master_port", "29523", "-m", "harness", *args],
+        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sharded = json.loads(proc.stdout)
+    single, _ = run_genppl(ckpt, samples=5, batch_size=2, steps=4, judge=judge)
+    assert sharded["protocol"]["world_size"] == 2 and sharded["protocol"]["samples"] == 5
+    for key in ("gen_ppl", "entropy_model", "entropy_judge", "nfe"):
+        assert sharded["metrics"][key]["value"] == pytest.approx(single["metrics"][key]["value"], rel=1e-9)
