@@ -45,13 +45,20 @@ class MDLM(ModelFamily):
         schedule: str = "loglinear",
         ell: int = 1,
         carry_over: bool = True,
+        positions: str = "rope",
+        image_shape: str = "",
+        start_token: bool = False,
     ):
+        from harness.positions import build_positions
         from harness.schedules import get_schedule
+
+        if start_token:
+            raise ValueError("model.start_token only applies to the arm family (diffusion models score every position)")
 
         if ell != 1:
             raise ValueError(f"model.ell={ell} only applies to the prime family; {self.family} works on whole tokens")
         hparams = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
-        super().__init__(vocab_size=vocab_size, seq_len=seq_len, hparams=dict(hparams, schedule=schedule))
+        super().__init__(vocab_size=vocab_size, seq_len=seq_len, hparams=dict(hparams, schedule=schedule, positions=positions, image_shape=image_shape))
         self.mask_id = vocab_size
         self.time_conditioning = time_conditioning
         self.schedule = get_schedule(schedule)
@@ -61,6 +68,7 @@ class MDLM(ModelFamily):
                 time_conditioning=time_conditioning, cond_dim=cond_dim, **hparams,
             ),
             embedding=self._embedding(vocab_size, d_model),
+            positions=build_positions(positions, image_shape, d_model=d_model, seq_len=seq_len),
         )
 
     def _embedding(self, vocab_size: int, d_model: int):

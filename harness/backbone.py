@@ -5,7 +5,8 @@ The backbone maps embedded inputs to logits and knows nothing about masking or s
     embedding(inputs) -> h (B, L, D) -> n_layers x Block(h, c) -> FinalLayer(h, c) -> logits (B, L, C)
 
 * token embedding is replaceable (Prime injects its sub-token embedding, whose input is (B, L, ell));
-* rotary position embeddings on queries and keys;
+* rotary position embeddings on queries and keys, plus an optional additive position module
+  ``positions(L) -> (L, D)`` (e.g. :class:`harness.positions.ImagePositions` for pixel layouts);
 * pre-norm blocks; optional adaLN time conditioning (shift/scale/gate from a time embedding ``c``);
 * attention through ``torch.nn.functional.scaled_dot_product_attention``, bidirectional or causal,
   so the same code runs on CPU in float32 and on CUDA under bf16 autocast;
@@ -168,12 +169,13 @@ class Backbone(nn.Module):
     tokens restricts keys (padding never attended to); ``None`` attends everywhere.
     """
 
-    def __init__(self, cfg: BackboneConfig, embedding: nn.Module | None = None):
+    def __init__(self, cfg: BackboneConfig, embedding: nn.Module | None = None, positions: nn.Module | None = None):
         super().__init__()
         if cfg.d_model % cfg.n_heads:
             raise ValueError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
         self.cfg = cfg
         self.embedding = embedding if embedding is not None else TokenEmbedding(cfg.vocab_in, cfg.d_model)
+        self.positions = positions
         rotary = Rotary(cfg.d_model // cfg.n_heads, cfg.seq_len)
         self.blocks = nn.ModuleList(Block(cfg, rotary) for _ in range(cfg.n_layers))
         self.time_embedding = TimeEmbedding(cfg.cond_dim) if cfg.time_conditioning else None
@@ -183,7 +185,10 @@ class Backbone(nn.Module):
     def forward(
         self, inputs: torch.Tensor, t: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        h = self.drop(self.embedding(inputs))
+        h = self.embedding(inputs)
+        if self.positions is not None:
+            h = h + self.positions(h.shape[1]).to(h.dtype)
+        h = self.drop(h)
         B, L, _ = h.shape
         if L > self.cfg.seq_len:
             raise ValueError(f"sequence length {L} exceeds the backbone's seq_len={self.cfg.seq_len}")

@@ -23,7 +23,13 @@ from harness.errors import ConfigError
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The model family and its backbone. ``ell`` and ``carry_over`` only matter for ``prime``."""
+    """The model family and its backbone. ``ell`` and ``carry_over`` only matter for ``prime``.
+
+    ``positions``: ``rope`` (1-D rotary only) or ``image`` (rotary plus learned row/column/channel
+    embeddings, :mod:`harness.positions`); ``image_shape`` ``"HxWxC"`` is filled in from an
+    ``image:`` corpus at train time. ``start_token`` (ARM only): prepend an input-only start id C
+    so every one of the L tokens is scored (images: exact bits/dim over all H*W*ch dimensions).
+    """
 
     family: str = "arm"
     d_model: int = 128
@@ -36,11 +42,20 @@ class ModelConfig:
     schedule: str = "loglinear"
     ell: int = 1
     carry_over: bool = True
+    positions: str = "rope"
+    image_shape: str = ""
+    start_token: bool = False
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where training text comes from and how it is packed into rows of ``seq_len`` tokens."""
+    """Where training text comes from and how it is packed into rows of ``seq_len`` tokens.
+
+    Images: ``corpus: image:NAME`` (``image:digits``, ``image:mnist5k``, ``image:cifar10:PATH``)
+    with ``tokenizer: pixels``; one image is one row, so ``seq_len`` must be H*W*channels, and
+    ``train_split``/``valid_split`` name the dataset's own splits (``train``, ``test``, ``all``).
+    Packing keys (``wrap``, ``eos_between_docs``, ``remainder``) do not apply to images.
+    """
 
     corpus: str = "wiki-embedded"
     tokenizer: str = "bytes"
@@ -54,7 +69,10 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation. ``batch_size`` is the global batch (split across DDP ranks and accumulation)."""
+    """Optimisation. ``batch_size`` is the global batch (split across DDP ranks and accumulation).
+
+    ``sample_grid``: how many samples an image run draws into ``samples.png`` at the end (0: none).
+    """
 
     steps: int = 100
     batch_size: int = 16
@@ -70,6 +88,7 @@ class TrainConfig:
     eval_batches: int = 4
     save_every: int = 100
     precision: str = "fp32"
+    sample_grid: int = 64
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,7 @@ _SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 _CHOICES = {
     ("train", "precision"): ("fp32", "bf16"),
     ("data", "remainder"): ("drop", "pad"),
+    ("model", "positions"): ("rope", "image"),
 }
 
 

@@ -48,6 +48,68 @@ def lr_at(cfg: Config, step: int) -> float:
     return t.lr * min(1.0, (step + 1) / t.warmup)
 
 
+IMAGE_PREFIX = "image:"
+
+
+@dataclass(frozen=True)
+class ImageRows:
+    """One image per row: ``input_ids`` (N, H*W*ch) pixel levels, ``attention_mask`` all ones."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+
+def image_dataset_name(corpus: str) -> str | None:
+    """``image:digits`` -> ``digits`` (``image:cifar10:PATH`` -> ``cifar10:PATH``); None for text."""
+    return corpus[len(IMAGE_PREFIX):] if corpus.startswith(IMAGE_PREFIX) else None
+
+
+def resolve_image_config(cfg: Config) -> Config:
+    """Fill in what an ``image:`` corpus determines and check what it constrains (text: unchanged).
+
+    Sets ``data.tokenizer`` ``pixels`` -> ``pixels:LEVELS`` and ``model.image_shape`` ``HxWxC``;
+    requires ``seq_len == H*W*ch``, splits the dataset has, and ``model.start_token`` for the ARM
+    (without it the first pixel would go unscored and bits/dim would not cover every dimension).
+    """
+    from dataclasses import replace
+
+    from harness.data.images import IMAGE_SPLITS, get_image_dataset
+
+    name = image_dataset_name(cfg.data.corpus)
+    if name is None:
+        return cfg
+    d, m = cfg.data, cfg.model
+    for key in ("train_split", "valid_split"):
+        if getattr(d, key) not in IMAGE_SPLITS:
+            raise ConfigError(
+                f"data.{key}={getattr(d, key)!r}: image datasets have the splits {', '.join(IMAGE_SPLITS)}",
+                fix=f"set data.{key} to one of them (train for training, test for validation)",
+            )
+    ds = get_image_dataset(f"{name}:{d.train_split}")
+    if d.seq_len != ds.seq_len:
+        raise ConfigError(
+            f"data.seq_len={d.seq_len} but {cfg.data.corpus} images are {ds.height}x{ds.width}x{ds.channels} "
+            f"= {ds.seq_len} tokens (one image per row)",
+            fix=f"set data.seq_len={ds.seq_len}",
+        )
+    kind, _, levels = d.tokenizer.partition(":")
+    if kind != "pixels" or (levels and levels != str(ds.levels)):
+        raise ConfigError(
+            f"data.tokenizer={d.tokenizer!r} does not fit {cfg.data.corpus} ({ds.levels} levels)",
+            fix="set data.tokenizer=pixels (the levels come from the dataset)",
+        )
+    shape = f"{ds.height}x{ds.width}x{ds.channels}"
+    if m.image_shape and m.image_shape != shape:
+        raise ConfigError(f"model.image_shape={m.image_shape!r} but {cfg.data.corpus} images are {shape}",
+                          fix="leave model.image_shape empty: training fills it in")
+    if m.family == "arm" and not m.start_token:
+        raise ConfigError(
+            "an ARM on images needs model.start_token=true so that every pixel is scored",
+            fix="set model.start_token=true (the tiny-digits/arm preset does)",
+        )
+    return replace(cfg, data=replace(d, tokenizer=f"pixels:{ds.levels}"), model=replace(m, image_shape=shape))
+
+
 def load_text_data(cfg: Config, tokenizer, corpus):
     """Pack the train and validation splits of the configured corpus. Returns (train, valid) Packed."""
     from harness.data import get_packed
@@ -55,6 +117,26 @@ def load_text_data(cfg: Config, tokenizer, corpus):
     d = cfg.data
     kw = dict(tokenizer=tokenizer, seq_len=d.seq_len, wrap=d.wrap, eos_between_docs=d.eos_between_docs, remainder=d.remainder)
     return get_packed(corpus, d.train_split, **kw), get_packed(corpus, d.valid_split, **kw)
+
+
+def load_training_data(cfg: Config, tokenizer, corpus=None):
+    """(train, valid) rows with ``.input_ids``/``.attention_mask``: packed text, or one image per row.
+
+    For ``image:`` corpora ``data.train_split``/``data.valid_split`` are the dataset's own splits
+    (``train``/``test``); ``cfg`` must have been through :func:`resolve_image_config`.
+    """
+    name = image_dataset_name(cfg.data.corpus)
+    if name is None:
+        return load_text_data(cfg, tokenizer, corpus)
+    from harness.data.images import get_image_dataset
+
+    def rows(split: str) -> ImageRows:
+        ds = get_image_dataset(f"{name}:{split}")
+        if ds.levels != tokenizer.vocab_size:
+            raise ConfigError(f"{ds.spec} has {ds.levels} levels but the tokenizer {tokenizer.spec!r} has {tokenizer.vocab_size}")
+        return ImageRows(ds.tokens, torch.ones_like(ds.tokens))
+
+    return rows(cfg.data.train_split), rows(cfg.data.valid_split)
 
 
 class EMA:
@@ -118,6 +200,8 @@ def train(
     from harness.models import model_from_config
 
     out = Path(out)
+    cfg = resolve_image_config(cfg)
+    image = image_dataset_name(cfg.data.corpus) is not None
     info = distributed.setup(device)
     if out.exists() and (out / "model.safetensors").exists() and not resume:
         raise CheckpointError(
@@ -140,14 +224,14 @@ def train(
         start_step = int(state["step"])
 
     torch.manual_seed(cfg.seed)
-    corpus = get_corpus(cfg.data.corpus)
+    corpus = None if image else get_corpus(cfg.data.corpus)
     if resume and (out / "tokenizer").is_dir():
         from harness.data import load_tokenizer
 
         tokenizer = load_tokenizer(out / "tokenizer")
     else:
         tokenizer = get_tokenizer(cfg.data.tokenizer, corpus=corpus)
-    train_data, valid_data = load_text_data(cfg, tokenizer, corpus)
+    train_data, valid_data = load_training_data(cfg, tokenizer, corpus)
     rows, masks = train_data.input_ids, train_data.attention_mask
     model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
     ema = EMA(model, cfg.train.ema)
@@ -254,4 +338,11 @@ def train(
     if val_loss is None and end == cfg.train.steps:
         with ema.swapped_in(model):
             val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
+    if image and info.is_main and end == cfg.train.steps and cfg.train.sample_grid > 0:
+        from harness.data.images import get_image_dataset
+        from harness.images import write_sample_grid
+
+        with ema.swapped_in(model):
+            write_sample_grid(model, get_image_dataset(f"{image_dataset_name(cfg.data.corpus)}:{cfg.data.train_split}"),
+                              out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)
     return TrainResult(out=out, step=end, train_loss=last_loss, val_loss=val_loss, tokens_seen=end * tokens_per_step, wall_s=wall)

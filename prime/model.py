@@ -55,12 +55,19 @@ class Prime(ModelFamily):
         schedule: str = "loglinear",
         ell: int = 2,
         carry_over: bool = True,
+        positions: str = "rope",
+        image_shape: str = "",
+        start_token: bool = False,
     ):
+        from harness.positions import build_positions
         from harness.schedules import get_schedule
+
+        if start_token:
+            raise ValueError("model.start_token only applies to the arm family (diffusion models score every position)")
 
         hparams = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
         super().__init__(
-            vocab_size=vocab_size, seq_len=seq_len, hparams=dict(hparams, schedule=schedule, ell=ell, carry_over=carry_over)
+            vocab_size=vocab_size, seq_len=seq_len, hparams=dict(hparams, schedule=schedule, positions=positions, image_shape=image_shape, ell=ell, carry_over=carry_over)
         )
         self.ell = int(ell)
         self.base = subtoken_base(vocab_size, self.ell)
@@ -74,6 +81,7 @@ class Prime(ModelFamily):
                 time_conditioning=time_conditioning, cond_dim=cond_dim, **hparams,
             ),
             embedding=SubtokenEmbedding(self.base, self.ell, d_model),
+            positions=build_positions(positions, image_shape, d_model=d_model, seq_len=seq_len),
         )
 
     def encode(self, x0: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,13 @@ def render_ppl(record: dict) -> None:
         table.add_row(name, label, f"{mark}{m['value']:.4f}", se, m["units"])
     console = stdout_console()
     console.print(table)
+    if "height" in p:  # images: one image per row, no packing
+        console.print(
+            f"dimensions scored {p['tokens_scored']:.0f} in {p['rows_scored']} images of "
+            f"{p['height']}x{p['width']}x{p['channels']} ({p['levels']} levels, {p['tokenizer']}); "
+            f"{p['token_convention']}; stderr: {p['stderr_method']}"
+        )
+        return
     console.print(
         f"tokens scored {p['tokens_scored']:.0f} in {p['rows_scored']} rows of L={p['seq_len']} "
         f"({p['tokenizer']}, wrap={p['packing'].get('wrap')}, eos_between_docs={p['packing'].get('eos_between_docs')}); "
@@ -117,3 +124,4 @@ def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler,
 COMMANDS = [eval_group]
 
 from harness.cli import eval_genppl  # noqa: E402,F401  (registers `eval genppl`)
+from harness.cli import eval_fid  # noqa: E402,F401  (registers `eval fid`)

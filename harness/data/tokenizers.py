@@ -20,6 +20,13 @@
     A transformers ``AutoTokenizer``: a local folder works offline, a hub name needs the network.
     ``vocab_size = len(tokenizer)``; BOS and PAD fall back to EOS (EOS to BOS) when missing.
 
+``pixels:LEVELS``
+    Pixel intensities of ``image:`` datasets (:mod:`harness.data.images`): ``vocab_size`` = LEVELS
+    (C, e.g. 17 for digits, 256 for MNIST/CIFAR). Images have no special ids: ``bos_id``,
+    ``eos_id`` and ``pad_id`` are None (one image is one row, nothing is packed). ``encode``
+    parses space-separated integers and ``decode`` writes them, for records and samples. A bare
+    ``pixels`` in a config takes LEVELS from the dataset at train time; the saved spec has it.
+
 Conventions shared by every kind:
 
 * ``encode`` adds no special ids, and for ``bytes``/``bpe``/``gpt2`` the literal string
@@ -70,7 +77,7 @@ class Tokenizer(ABC):
     mask_appended: ClassVar[bool] = True
     """Diffusion models append a mask id ``vocab_size`` beyond the vocabulary."""
 
-    def __init__(self, *, spec: str, vocab_size: int, bos_id: int, eos_id: int, pad_id: int):
+    def __init__(self, *, spec: str, vocab_size: int, bos_id: int | None, eos_id: int | None, pad_id: int | None):
         self.spec = spec
         self.vocab_size = vocab_size
         self.bos_id = bos_id
@@ -158,6 +165,31 @@ class ByteTokenizer(Tokenizer):
             run = []
         pieces.append(bytes(run).decode("utf-8", errors="replace"))
         return "".join(pieces)
+
+
+class PixelTokenizer(Tokenizer):
+    """Pixel levels 0..LEVELS-1 as ids; no special ids (see the module docstring)."""
+
+    kind = "pixels"
+
+    def __init__(self, levels: int) -> None:
+        if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
+            raise DataError(f"pixels tokenizer needs at least 2 levels, got {levels!r}", fix="use pixels:LEVELS, e.g. pixels:256")
+        self.levels = levels
+        super().__init__(spec=f"pixels:{levels}", vocab_size=levels, bos_id=None, eos_id=None, pad_id=None)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            ids = [int(piece) for piece in text.split()]
+        except ValueError as exc:
+            raise DataError(f"pixels tokenizer: {text[:40]!r} is not space-separated integers", fix="write pixel levels as '0 3 16 ...'") from exc
+        bad = [i for i in ids if not 0 <= i < self.levels]
+        if bad:
+            raise DataError(f"pixel level {bad[0]} outside 0..{self.levels - 1}", fix=f"levels of {self.spec} lie in 0..{self.levels - 1}")
+        return ids
+
+    def _decode(self, ids: list[int]) -> str:
+        return " ".join(str(i) for i in ids)
 
 
 class BPETokenizer(Tokenizer):
@@ -249,6 +281,16 @@ def _no_arg(kind: str, arg: str) -> None:
 def _build_bytes(arg: str, corpus: Corpus | None) -> Tokenizer:
     _no_arg("bytes", arg)
     return ByteTokenizer()
+
+
+@TOKENIZER_KINDS.register("pixels")
+def _build_pixels(arg: str, corpus: Corpus | None) -> Tokenizer:
+    if not arg.isdigit():
+        raise DataError(
+            f"tokenizer 'pixels' needs its number of levels, got {('pixels:' + arg) if arg else 'pixels'!r}",
+            fix="use pixels:LEVELS (primebench train fills LEVELS in from an image: corpus)",
+        )
+    return PixelTokenizer(int(arg))
 
 
 def _bpe_backend(vocab: str | Path, merges: str | Path) -> Any:
@@ -441,6 +483,8 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     kind = config["kind"]
     if kind == "bytes":
         tokenizer: Tokenizer = ByteTokenizer()
+    elif kind == "pixels":
+        tokenizer = PixelTokenizer(int(config["vocab_size"]))
     elif kind in ("bpe", "gpt2"):
         path = directory / BPE_FILE
         if not path.is_file():

@@ -182,6 +182,105 @@ def _estimator_plan(family: str, estimator: str) -> list[tuple[str, dict, str]]:
     raise ValueError(f"unknown estimator {estimator!r}: use subtoken, token_joint or both")
 
 
+def _run_plan(model, ids, mask, plan, *, sampler: str, batch_size: int, mc_samples: int, seed: int, info) -> dict:
+    """{metric suffix: PerplexityResult} for each (suffix, nll kwargs, label) of ``plan``."""
+    results = {}
+    for suffix, kwargs, _label in plan:
+        kw = dict(kwargs)
+        if model.family != "arm":
+            kw["time_sampler"] = sampler
+        results[suffix] = evaluate_nll(
+            model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed, nll_kwargs=kw,
+            rank=info.rank, world=info.world,
+        )
+    return results
+
+
+TIME_SAMPLERS = {
+    "t": "one t per sequence in [1e-3, 1], stratified over the batch (K=1) or over K samples; weight -alpha'/(1-alpha)",
+    "n": "exact mask count n = ceil(N u), stratified; weight N/n (unbiased for a time-independent network)",
+}
+
+
+def _image_spec(data: str | None, cfg) -> str | None:
+    """The ``image:NAME[:SPLIT]`` spec to score, with the checkpoint's validation split by default; None for text."""
+    import re
+
+    from harness.data.images import IMAGE_SPLITS
+
+    spec = data or f"{cfg.data.corpus}:{cfg.data.valid_split}"
+    if not spec.startswith("image:"):
+        if data is None or not cfg.data.corpus.startswith("image:"):
+            return None
+        from harness.errors import DataError
+
+        raise DataError(f"--data {data!r}: this checkpoint was trained on images ({cfg.data.corpus})",
+                        fix=f"pass --data {cfg.data.corpus}:test, or leave --data unset")
+    if not re.search(r":(" + "|".join(IMAGE_SPLITS) + r")$", spec):
+        spec = f"{spec}:{cfg.data.valid_split}"
+    return spec
+
+
+def run_image_bpd(model, tokenizer, cfg, spec: str, *, plan, sampler: str, mc_samples: int, batch_size: int,
+                  seed: int, max_rows: int | None, info) -> tuple[dict, dict]:
+    """Bits per dimension of ``model`` on the image dataset ``spec``: (metrics, protocol).
+
+    Every one of the H*W*ch tokens of an image is scored (the ARM through its start token), so
+    ``bpd`` = nats per dimension / ln 2, with the family's kind (ARM exact, diffusion bound, Prime's
+    token-joint estimator the paper objective) and the standard error of :func:`evaluate_nll`.
+    """
+    from harness.data.images import get_image_dataset
+    from harness.errors import DataError
+    from harness.records import Metric
+
+    ds = get_image_dataset(spec[len("image:"):])
+    if ds.levels != model.vocab_size or ds.seq_len != model.seq_len:
+        raise DataError(
+            f"{spec} ({ds.height}x{ds.width}x{ds.channels}, {ds.levels} levels) does not fit the model "
+            f"(L={model.seq_len}, C={model.vocab_size})",
+            fix="score the image dataset the checkpoint was trained on",
+        )
+    if model.family == "arm" and not getattr(model, "start_token", False):
+        raise DataError("this ARM has no start token: its first pixel is unscored, so bits/dim would not be exact",
+                        fix="train the ARM on images with model.start_token=true")
+    ids = ds.tokens if max_rows is None else ds.tokens[:max_rows]
+    mask = torch.ones_like(ids)
+    results = _run_plan(model, ids, mask, plan, sampler=sampler, batch_size=batch_size, mc_samples=mc_samples,
+                        seed=seed, info=info)
+    metrics = {}
+    for suffix, res in results.items():
+        metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, res.kind, "nats/dim")
+        metrics[f"bpd{suffix}"] = Metric(res.bits_per_token, res.stderr / math.log(2), res.kind, "bits/dim")
+    first = results[plan[0][0]]
+    protocol = {
+        "dataset": ds.name,
+        "data": spec,
+        "split": ds.split,
+        "height": ds.height,
+        "width": ds.width,
+        "channels": ds.channels,
+        "levels": ds.levels,
+        "detokenizer": None,
+        "packing": {},
+        "rows_scored": int(ids.shape[0]),
+        "max_rows": max_rows,
+        "tokenizer": tokenizer.spec,
+        "seq_len": ds.seq_len,
+        "token_convention": "one image per row, all H*W*ch dimensions scored"
+        + (" (the ARM conditions the first pixel on its start token)" if model.family == "arm" else ""),
+        "tokens_scored": first.tokens,
+        "batch_size": batch_size,
+        "world_size": info.world,
+        "mc_samples": mc_samples if model.family != "arm" else None,
+        "time_sampler": None if model.family == "arm" else TIME_SAMPLERS[sampler] + f" [{sampler}]",
+        "stderr_method": first.stderr_method,
+        "schedule": model.hparams.get("schedule"),
+        "positions": model.hparams.get("positions"),
+        "estimators": {suffix or "nll": label for suffix, _, label in plan},
+    }
+    return metrics, protocol
+
+
 def run_ppl(
     checkpoint,
     *,
@@ -218,6 +317,17 @@ def run_ppl(
 
         tokenizer = get_tokenizer(cfg.data.tokenizer)
     d = cfg.data
+    image_spec = _image_spec(data, cfg)
+    if image_spec is not None:
+        family = model.family
+        plan = _estimator_plan(family, estimator)
+        sampler = time_sampler or getattr(model, "default_nll_sampler", "t")
+        metrics, protocol = run_image_bpd(model, tokenizer, cfg, image_spec, plan=plan, sampler=sampler,
+                                          mc_samples=mc_samples, batch_size=batch_size, seed=seed, max_rows=max_rows, info=info)
+        if family == "prime":
+            protocol.update(ell=model.ell, base=model.base, carry_over=model.carry_over)
+        return make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
+                           seed=seed, device=device, wall_s=_time.time() - t0)
     spec = data or f"{d.corpus}:{d.valid_split}"
     L = seq_len or model.seq_len
     if L > model.seq_len:
@@ -242,20 +352,12 @@ def run_ppl(
     family = model.family
     plan = _estimator_plan(family, estimator)
     metrics: dict[str, Metric] = {}
-    results = {}
     sampler = time_sampler or getattr(model, "default_nll_sampler", "t")
-    for suffix, kwargs, label in plan:
-        kw = dict(kwargs)
-        if family != "arm":
-            kw["time_sampler"] = sampler
-        res = evaluate_nll(
-            model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed, nll_kwargs=kw,
-            rank=info.rank, world=info.world,
-        )
-        kind = res.kind
-        results[suffix] = res
-        metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, kind, "nats/token")
-        metrics[f"ppl{suffix}"] = Metric(res.ppl, res.ppl * res.stderr, kind, "perplexity")
+    results = _run_plan(model, ids, mask, plan, sampler=sampler, batch_size=batch_size, mc_samples=mc_samples,
+                        seed=seed, info=info)
+    for suffix, res in results.items():
+        metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, res.kind, "nats/token")
+        metrics[f"ppl{suffix}"] = Metric(res.ppl, res.ppl * res.stderr, res.kind, "perplexity")
     first = results[plan[0][0]]
     protocol = {
         "dataset": dataset.name,
@@ -272,10 +374,7 @@ def run_ppl(
         "batch_size": batch_size,
         "world_size": info.world,
         "mc_samples": mc_samples if family != "arm" else None,
-        "time_sampler": None if family == "arm" else {
-            "t": "one t per sequence in [1e-3, 1], stratified over the batch (K=1) or over K samples; weight -alpha'/(1-alpha)",
-            "n": "exact mask count n = ceil(N u), stratified; weight N/n (unbiased for a time-independent network)",
-        }[sampler] + f" [{sampler}]",
+        "time_sampler": None if family == "arm" else TIME_SAMPLERS[sampler] + f" [{sampler}]",
         "stderr_method": first.stderr_method,
         "schedule": model.hparams.get("schedule"),
         "estimators": {suffix or "nll": label for suffix, _, label in plan},

@@ -1,7 +1,8 @@
 """Left-to-right sampling of the autoregressive model (MDLM's ``_ar_sampler`` without its fp32 Gumbel).
 
 The first P tokens are given (a prefix, or one BOS token: the ARM was trained on blocks whose first
-token is given and scores the L - 1 that follow). Each of the L - P remaining tokens is drawn from
+token is given and scores the L - 1 that follow); a start-token ARM (images) may start from an
+empty prefix, its ``log_probs`` prepending the start id. Each of the L - P remaining tokens is drawn from
 p(x^{i} | x^{<i}), the last position of one causal forward pass over x^{<i}: L - P denoiser calls
 per sample (L - 1 with a BOS), no KV cache, no idle steps.
 """
@@ -17,7 +18,7 @@ from harness.sampling.units import shaped_log_probs
 
 def run_autoregressive(model, rows: int, settings: SamplerSettings, generator: torch.Generator | None,
                        prefix: torch.Tensor) -> BatchResult:
-    """Draw ``rows`` sequences of length L continuing ``prefix`` (rows, P), P >= 1."""
+    """Draw ``rows`` sequences of length L continuing ``prefix`` (rows, P), P >= 1 (P >= 0 with a start token)."""
     L, P = int(model.seq_len), int(prefix.shape[1])
     device = model.device
     x = torch.empty(rows, L, dtype=torch.long, device=device)

@@ -120,9 +120,12 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) -> torch.Tensor | None:
-    """Validate ``prefix`` (N or 1, P); the ARM falls back to one BOS token."""
+    """Validate ``prefix`` (N or 1, P); the ARM falls back to one BOS token (an empty prefix when it
+    has its own start token)."""
     L, C = int(model.seq_len), int(model.vocab_size)
     if spec.name == "autoregressive":
+        if prefix is None and bos_id is None and getattr(model, "start_token", False):
+            return torch.zeros((1, 0), dtype=torch.long)  # the model prepends its own start id
         if prefix is None and bos_id is None:
             raise PrimebenchError(
                 "the autoregressive sampler needs a first token: the ARM does not know its BOS id",

@@ -1,0 +1,75 @@
+"""``primebench eval fid``: FID (and Inception Score) of an image checkpoint's samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from harness.cli.eval import emit_record, eval_group
+
+
+def render_fid(record: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.logging import stdout_console
+
+    p = record["protocol"]
+    s = p.get("sampler") or {}
+    table = Table(title=escape(f"{record['model'].get('name')} ({record['model'].get('family')}): {p['samples']} samples vs "
+                        f"{p['reference']} ({p['reference_size']}), {p['backend']}"))
+    for col in ("metric", "kind", "value", "units"):
+        table.add_column(col)
+    for name, m in record["metrics"].items():
+        table.add_row(escape(name), m["kind"], f"{m['value']:.4f}", escape(m["units"]))
+    console = stdout_console()
+    console.print(table)
+    acc = p.get("feature_extractor_accuracy")
+    note = f"; classifier held-out accuracy {acc:.4f}" if acc is not None else ""
+    console.print(f"features: {p['features']}{note}; sampler {s.get('sampler')} steps={s.get('steps')} "
+                  f"dtype={s.get('dtype')} method={s.get('method')}")
+    if p["features"] != "inception":
+        console.print(f"this is a Frechet distance in {p['features']} features, not Inception FID")
+
+
+@eval_group.command("fid")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--samples", "-n", type=int, default=1000, show_default=True)
+@click.option("--reference", default=None, help="DATASET:SPLIT, e.g. digits:train, mnist5k:train, cifar10:PATH:train [default: the checkpoint's dataset, train split].")
+@click.option("--features", default=None, help="inception, digits-classifier or mnist-classifier [default: by the reference dataset].")
+@click.option("--backend", type=click.Choice(["torch-fidelity", "torchmetrics", "frechet"]), default="torch-fidelity", show_default=True)
+@click.option("--batch-size", type=int, default=256, show_default=True, help="Images per sampling and feature batch.")
+@click.option("--inception-weights", type=click.Path(path_type=Path), default=None, help="weights-inception-2015-12-05-6726825d.pth [default: the torch hub cache].")
+@click.option("--classifier-seed", type=int, default=0, show_default=True, help="Training seed of the digit classifier features.")
+@click.option("--sampler", default=None, help="Sampler [default: the family's].")
+@click.option("--steps", "-T", type=int, default=None, help="Sampling steps [default: L].")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float64", show_default=True)
+@click.option("--method", type=click.Choice(["gumbel", "race", "mdlm-legacy"]), default="gumbel", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--paper-protocol", is_flag=True, help="CIFAR-10: 50,000 samples vs the train split, Inception, torchmetrics (needs --reference cifar10:PATH).")
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
+@click.option("--json", "as_json", is_flag=True)
+def fid_cmd(checkpoint, samples, reference, features, backend, batch_size, inception_weights, classifier_seed, sampler,
+            steps, dtype, method, seed, paper_protocol, device, out, as_json):
+    """FID of CHECKPOINT's samples against a reference set, in a named feature space (IS too for Inception)."""
+    from harness.fid.evaluate import PAPER_PROTOCOL, paper_reference, run_fid
+
+    for name, value in (("--samples", samples), ("--batch-size", batch_size)):
+        if value < (2 if name == "--samples" else 1):
+            raise click.BadParameter("too small", param_hint=name)
+    if paper_protocol:
+        reference = paper_reference(reference)
+        samples, features, backend = PAPER_PROTOCOL["samples"], PAPER_PROTOCOL["features"], PAPER_PROTOCOL["backend"]
+    if reference is None:
+        from harness.checkpoint import read_checkpoint_config
+
+        cfg, _ = read_checkpoint_config(Path(checkpoint))
+        corpus = cfg.data.corpus
+        reference = (corpus[len("image:"):] if corpus.startswith("image:") else corpus) + ":train"
+    record = run_fid(checkpoint, reference=reference, features=features, backend=backend, samples=samples,
+                     batch_size=batch_size, sampler=sampler, steps=steps, dtype=dtype, method=method, seed=seed,
+                     inception_weights=inception_weights, classifier_seed=classifier_seed, device=device,
+                     paper_protocol=paper_protocol)
+    emit_record(record, out=out, as_json=as_json, render=render_fid)
