@@ -1,1 +1,22 @@
-"""Evaluations of checkpoints: perplexity and its bounds (more arrive with Gen PPL, zero-shot, FID)."""
+"""Evaluations of checkpoints: perplexity and bounds, Gen PPL with entropy (zero-shot and FID live
+in :mod:`harness.lmeval` and :mod:`harness.fid`)."""
+
+from __future__ import annotations
+
+
+def load_for_evaluation(checkpoint, device: str = "cpu"):
+    """Join torchrun's process group when launched by it, then load the checkpoint on this rank's device.
+
+    Returns ``(info, model, tokenizer, cfg)``; a checkpoint without a tokenizer folder gets the
+    tokenizer its config names.
+    """
+    from harness import distributed, load
+
+    info = distributed.setup(device)
+    device = str(info.device) if info.world > 1 else device
+    model, tokenizer, cfg = load(checkpoint, device=device)
+    if tokenizer is None:
+        from harness.data import get_tokenizer
+
+        tokenizer = get_tokenizer(cfg.data.tokenizer)
+    return info, model, tokenizer, cfg

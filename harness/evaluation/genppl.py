@@ -131,19 +131,16 @@ def run_genppl(
     Under ``torchrun`` the batches are shared out over the ranks and the per-sample results are
     gathered once; every rank returns the same record.
     """
-    from harness import distributed, load
+    from harness import distributed
     from harness.errors import DataError
     from harness.judges import load_judge
     from harness.records import Metric, make_record, model_block
 
-    t0 = time.time()
-    info = distributed.setup(device)
-    device = str(info.device) if info.world > 1 else device
-    model, tokenizer, cfg = load(checkpoint, device=device)
-    if tokenizer is None:
-        from harness.data import get_tokenizer
+    from harness.evaluation import load_for_evaluation
 
-        tokenizer = get_tokenizer(cfg.data.tokenizer)
+    t0 = time.time()
+    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
+    device = str(model.device)
     the_judge = judge_obj if judge_obj is not None else (load_judge(judge, device=device) if judge else None)
     original = model.seq_len
     L = seq_len or original

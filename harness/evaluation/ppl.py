@@ -301,21 +301,15 @@ def run_ppl(
     import time as _time
     from pathlib import Path
 
-    from harness import load
     from harness.data import get_corpus, get_packed, parse_corpus_split
     from harness.errors import DataError
     from harness.records import Metric, make_record, model_block
 
-    from harness import distributed
+    from harness.evaluation import load_for_evaluation
 
     t0 = _time.time()
-    info = distributed.setup(device)
-    device = str(info.device) if info.world > 1 else device
-    model, tokenizer, cfg = load(checkpoint, device=device)
-    if tokenizer is None:
-        from harness.data import get_tokenizer
-
-        tokenizer = get_tokenizer(cfg.data.tokenizer)
+    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
+    device = str(model.device)
     d = cfg.data
     image_spec = _image_spec(data, cfg)
     if image_spec is not None:
