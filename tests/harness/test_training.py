@@ -31,9 +31,9 @@ def test_deterministic_for_a_fixed_seed(tmp_path):
     assert _max_diff(_weights(tmp_path / "a"), _weights(tmp_path / "b")) == 0.0
 
 
-@pytest.mark.parametrize("family", ["arm", "mdlm"])
-def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path, family):
-    cfg = load_config(f"tiny/{family}", FAST)
+@pytest.mark.parametrize("preset", ["tiny/arm", "tiny/mdlm", "tiny-digits/prime"])
+def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path, preset):
+    cfg = load_config(preset, FAST + (["train.sample_grid=4"] if "digits" in preset else []))
     full = train(cfg, tmp_path / "full", quiet=True)
     part = train(cfg, tmp_path / "part", quiet=True, stop_after=3)
     assert part.step == 3
