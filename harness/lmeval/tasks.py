@@ -101,41 +101,38 @@ def _dataset_kwargs(path: Path) -> dict[str, Any]:
     return {"data_files": {"test": str(path)}, "cache_dir": str(cache_dir("lmeval", "hf-datasets"))}
 
 
-def rolling_config(name: str, path: Path) -> dict[str, Any]:
-    """lm-eval config of a rolling-perplexity task over a JSONL file with a ``text`` field per line."""
+def _local_task(name: str, path: Path, *, output_type: str, doc_to_text: str, doc_to_target: str,
+                metrics: list[tuple[str, str, bool]]) -> dict[str, Any]:
+    """An lm-eval task config over a local JSONL file (absolute path), no hub access.
+
+    ``metrics``: (metric, aggregation, higher_is_better) triples.
+    """
     return {
         "task": name,
         "dataset_path": "json",
         "dataset_kwargs": _dataset_kwargs(path),
-        "output_type": "loglikelihood_rolling",
+        "output_type": output_type,
         "test_split": "test",
-        "doc_to_text": "",
-        "doc_to_target": "text",
-        "metric_list": [
-            {"metric": "word_perplexity", "aggregation": "weighted_perplexity", "higher_is_better": False},
-            {"metric": "byte_perplexity", "aggregation": "weighted_perplexity", "higher_is_better": False},
-            {"metric": "bits_per_byte", "aggregation": "bits_per_byte", "higher_is_better": False},
-        ],
+        "doc_to_text": doc_to_text,
+        "doc_to_target": doc_to_target,
+        "metric_list": [{"metric": m, "aggregation": a, "higher_is_better": h} for m, a, h in metrics],
         "metadata": {"version": TASKS_VERSION},
     }
+
+
+def rolling_config(name: str, path: Path) -> dict[str, Any]:
+    """lm-eval config of a rolling-perplexity task over a JSONL file with a ``text`` field per line."""
+    return _local_task(name, path, output_type="loglikelihood_rolling", doc_to_text="", doc_to_target="text", metrics=[
+        ("word_perplexity", "weighted_perplexity", False),
+        ("byte_perplexity", "weighted_perplexity", False),
+        ("bits_per_byte", "bits_per_byte", False),
+    ])
 
 
 def lastword_config(name: str, path: Path) -> dict[str, Any]:
     """lm-eval config of a last-word task over a JSONL file with ``context`` and ``target`` fields."""
-    return {
-        "task": name,
-        "dataset_path": "json",
-        "dataset_kwargs": _dataset_kwargs(path),
-        "output_type": "loglikelihood",
-        "test_split": "test",
-        "doc_to_text": "context",
-        "doc_to_target": "target",
-        "metric_list": [
-            {"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
-            {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-        ],
-        "metadata": {"version": TASKS_VERSION},
-    }
+    return _local_task(name, path, output_type="loglikelihood", doc_to_text="context", doc_to_target="target",
+                       metrics=[("perplexity", "perplexity", False), ("acc", "mean", True)])
 
 
 def local_task(name: str) -> LocalTask:
