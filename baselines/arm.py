@@ -12,20 +12,39 @@ are scored, so -log p(x) is exact over every dimension. ``log_probs`` then prepe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from harness.backbone import Backbone, BackboneConfig
-from harness.models import MODELS, ModelFamily
-from harness.results import NLL
+from harness.errors import ConfigError
+from harness.models import MODELS
+from harness.models.base import Estimator, ModelConfig, ModelFamily
+from harness.nll import NLL
+
+EXACT = Estimator("exact", "exact", "", "exact -sum log p(x^i | x^{<i}) over the scored targets")
+
+
+@dataclass(frozen=True)
+class ARMConfig(ModelConfig):
+    """The ARM adds ``start_token``: an input-only start id C so that all L tokens are scored."""
+
+    start_token: bool = False
 
 
 class ARM(ModelFamily):
     """Autoregressive transformer (causal attention, next-token loss); exact NLL over L - 1 targets."""
 
     family = "arm"
-    nll_kind = "exact"
-    mask_id = None
+    config_class = ARMConfig
+    table_order = 0
+    default_sampler = "autoregressive"
+    token_by_token_sampler = "autoregressive"
+    autoregressive = True
+    samplers = ("autoregressive",)
+    estimators = (EXACT,)
+    token_convention = "exact NLL of the L-1 shifted targets of each row (the first token is given), as MDLM's AR baseline"
 
     def __init__(
         self,
@@ -37,21 +56,12 @@ class ARM(ModelFamily):
         n_heads: int = 4,
         mlp_ratio: int = 4,
         dropout: float = 0.0,
-        time_conditioning: bool = False,
-        cond_dim: int = 64,
-        schedule: str = "loglinear",
-        ell: int = 1,
-        carry_over: bool = True,
         positions: str = "rope",
         image_shape: str = "",
         start_token: bool = False,
     ):
         from harness.positions import build_positions
 
-        if time_conditioning:
-            raise ValueError("the autoregressive model has no time input: set model.time_conditioning=false")
-        if ell != 1:
-            raise ValueError("model.ell only applies to the prime family; the ARM works on whole tokens (ell=1)")
         hparams = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
         super().__init__(
             vocab_size=vocab_size, seq_len=seq_len,
@@ -65,6 +75,29 @@ class ARM(ModelFamily):
             positions=build_positions(positions, image_shape, d_model=d_model, seq_len=seq_len, offset=extra),
         )
 
+    # -- facts --------------------------------------------------------------------------------
+    @property
+    def row_capacity(self) -> int:
+        """L + 1 without a start token: the input is the row minus its last token."""
+        return self.seq_len if self.start_token else self.seq_len + 1
+
+    @classmethod
+    def check_image_config(cls, cfg: ARMConfig) -> None:
+        if not cfg.start_token:
+            raise ConfigError(
+                "an ARM on images needs model.start_token=true so that every pixel is scored",
+                fix="set model.start_token=true (the tiny-digits/arm preset does)",
+            )
+
+    image_token_note = " (the ARM conditions the first pixel on its start token)"
+
+    @property
+    def image_unscored_first_pixel(self) -> str | None:
+        if self.start_token:
+            return None
+        return "this ARM has no start token: its first pixel is unscored, so bits/dim would not be exact"
+
+    # -- the network ----------------------------------------------------------------------------
     def _with_start(self, x: torch.Tensor) -> torch.Tensor:
         """(B, P) -> (B, 1 + P) with the start id C in front (start-token models only)."""
         start = torch.full((x.shape[0], 1), self.start_id, dtype=x.dtype, device=x.device)
@@ -80,33 +113,60 @@ class ARM(ModelFamily):
                 attention_mask = self._with_start(attention_mask.long()).clamp_max(1)
         return torch.log_softmax(self.backbone(z_t, None, attention_mask), dim=-1)
 
-    def _target_nll(self, x0: torch.Tensor, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, T) per-target nats and weights: T = L - 1 shifted targets, or all L with a start token."""
-        self.check_tokens(x0)
+    def _targets(self, x0: torch.Tensor, attention_mask, corruptible, max_len: int | None = None):
+        """Inputs, targets, input mask, (B, T) target weights: T = L - 1 shifted targets, or all L
+        with a start token; a target counts if it is a real token and ``corruptible`` marks it."""
+        self.check_tokens(x0, max_len)
+        scored = None if attention_mask is None and corruptible is None else self.scored_tokens(x0, attention_mask, corruptible)
         if self.start_token:
             inputs, targets = self._with_start(x0)[:, :-1], x0
             in_mask = None if attention_mask is None else self._with_start(attention_mask.long()).clamp_max(1)[:, :-1]
-            out_mask = attention_mask
+            out_mask = scored
         else:
             inputs, targets = x0[:, :-1], x0[:, 1:]
             in_mask = None if attention_mask is None else attention_mask[:, :-1]
-            out_mask = None if attention_mask is None else attention_mask[:, 1:]
+            out_mask = None if scored is None else scored[:, 1:]
+        return inputs, targets, in_mask, out_mask
+
+    def _target_nll(self, x0: torch.Tensor, attention_mask, corruptible=None, max_len: int | None = None):
+        """(B, T) per-target nats (zero where not scored), weights, and the logits."""
+        inputs, targets, in_mask, out_mask = self._targets(x0, attention_mask, corruptible, max_len)
         logits = self.backbone(inputs, None, in_mask)
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
         weight = torch.ones_like(nll) if out_mask is None else out_mask.to(nll.dtype)
-        return nll * weight, weight
+        return nll * weight, weight, logits, targets
 
     def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
         """Mean next-token cross-entropy over the scored targets (nats per token)."""
-        nll, weight = self._target_nll(x0, attention_mask)
+        nll, weight, _, _ = self._target_nll(x0, attention_mask)
         return nll.sum() / weight.sum().clamp_min(1)
 
     @torch.no_grad()
-    def nll(self, x0: torch.Tensor, *, num_samples: int = 1, generator=None, attention_mask=None) -> NLL:
-        """Exact NLL per sequence in nats over the L - 1 shifted targets (all L with a start token); ``num_samples`` is ignored."""
-        nll, weight = self._target_nll(x0, attention_mask)
+    def nll(self, x0: torch.Tensor, *, num_samples: int = 1, generator=None, attention_mask=None,
+            corruptible: torch.Tensor | None = None, estimator: str | None = None, time_sampler: str | None = None) -> NLL:
+        """Exact NLL per sequence in nats over the scored targets (the L - 1 shifted ones, all L
+        with a start token, only ``corruptible`` ones if given); ``num_samples`` is ignored."""
+        self.estimator(estimator)
+        nll, weight, _, _ = self._target_nll(x0, attention_mask, corruptible)
         nats = nll.double().sum(-1)
         return NLL(nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1)
+
+    @torch.no_grad()
+    def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: the argmax of p(x^i | x^{<i}) is x^i at every scored target."""
+        inputs, targets, in_mask, out_mask = self._targets(x0, attention_mask, corruptible, self.row_capacity)
+        logits = self.backbone(inputs, None, in_mask)
+        return ((logits.argmax(-1) == targets) | ~out_mask).all(-1)
+
+    @torch.no_grad()
+    def score(self, x0: torch.Tensor, *, corruptible: torch.Tensor, attention_mask=None, greedy: bool = False,
+              **nll_kwargs) -> tuple[NLL, torch.Tensor | None]:
+        """The exact NLL and the greedy check from one forward pass; rows may hold ``row_capacity`` tokens."""
+        self.estimator(nll_kwargs.get("estimator"))
+        nll, weight, logits, targets = self._target_nll(x0, attention_mask, corruptible, self.row_capacity)
+        nats = nll.double().sum(-1)
+        out = NLL(nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1)
+        return out, (((logits.argmax(-1) == targets) | (weight == 0)).all(-1) if greedy else None)
 
 
 MODELS.register("arm", ARM)

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 from baselines.mdlm import MDLM
 from harness.models import MODELS
+from harness.models.masked_diffusion import MaskedDiffusionConfig
 
 
 class MaskedModel(MDLM):
     """Time-agnostic masked model (exact-count masking, L/n weight); NLL is an upper bound."""
 
     family = "masked"
-    nll_kind = "bound"
+    config_class = MaskedDiffusionConfig  # no time input, so no time_conditioning / cond_dim keys
+    table_order = 2
     train_sampler = "n"
     default_nll_sampler = "n"
-
-    def __init__(self, *, time_conditioning: bool = False, **kwargs):
-        if time_conditioning:
-            raise ValueError("the time-agnostic masked model has no time input: set model.time_conditioning=false")
-        super().__init__(time_conditioning=False, **kwargs)
 
 
 MODELS.register("masked", MaskedModel)

@@ -9,7 +9,7 @@ A checkpoint folder holds
 * ``trainer_state.pt``: optimizer state and step for exact resume (loaded with ``weights_only=True``);
 * ``tokenizer/``: what the tokenizer needs to rebuild offline (a trained BPE's ``tokenizer.json``).
 
-Every file is written to a temporary name and moved into place with ``os.replace``; the weights and
+Every file is written with :func:`harness.io.atomic_write` (a temporary name, then ``os.replace``); the weights and
 the trainer state carry the same step so a torn write is detected rather than silently resumed.
 """
 
@@ -23,45 +23,15 @@ from typing import Any
 import torch
 import yaml
 
-from harness.config import Config, config_from_dict
+from harness.config import Config, config_from_dict, drop_legacy_model_keys
 from harness.errors import CheckpointError, PrimebenchError
+from harness.io import atomic_write, atomic_write_text
 
 FORMAT = "primebench-checkpoint/1"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
 STATE = "trainer_state.pt"
 TOKENIZER_DIR = "tokenizer"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _atomic_save(path: Path, writer) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        writer(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def resolved_block(model, tokenizer) -> dict[str, Any]:
@@ -95,10 +65,10 @@ def save_checkpoint(
         tensors.update({f"ema.{k}": v.detach().contiguous().cpu() for k, v in ema_state.items()})
     meta = {k: str(v) for k, v in resolved_block(model, tokenizer).items()}
     meta["step"] = str(step)
-    _atomic_save(out / WEIGHTS, lambda p: save_file(tensors, p, metadata=meta))
+    atomic_write(out / WEIGHTS, lambda p: save_file(tensors, str(p), metadata=meta))
     if trainer_state is not None:
         state = dict(trainer_state, step=step)
-        _atomic_save(out / STATE, lambda p: torch.save(state, p))
+        atomic_write(out / STATE, lambda p: torch.save(state, p))
     if tokenizer is not None and not (out / TOKENIZER_DIR).exists():
         tmp = Path(tempfile.mkdtemp(dir=out, prefix=".tokenizer."))
         tokenizer.save(tmp)
@@ -125,7 +95,7 @@ def read_checkpoint_config(path: Path) -> tuple[Config, dict[str, Any]]:
     if not isinstance(resolved, dict):
         raise CheckpointError(f"{cfg_path} has no 'resolved' block", fix="re-save the checkpoint with this version of primebench")
     try:
-        cfg = config_from_dict(doc)
+        cfg = config_from_dict(drop_legacy_model_keys(doc))
     except PrimebenchError as exc:
         raise CheckpointError(f"{cfg_path}: {exc.problem}", fix=exc.fix) from exc
     return cfg, resolved

@@ -19,32 +19,7 @@ from typing import Any
 import yaml
 
 from harness.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The model family and its backbone. ``ell`` and ``carry_over`` only matter for ``prime``.
-
-    ``positions``: ``rope`` (1-D rotary only) or ``image`` (rotary plus learned row/column/channel
-    embeddings, :mod:`harness.positions`); ``image_shape`` ``"HxWxC"`` is filled in from an
-    ``image:`` corpus at train time. ``start_token`` (ARM only): prepend an input-only start id C
-    so every one of the L tokens is scored (images: exact bits/dim over all H*W*ch dimensions).
-    """
-
-    family: str = "arm"
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    mlp_ratio: int = 4
-    dropout: float = 0.0
-    time_conditioning: bool = False
-    cond_dim: int = 64
-    schedule: str = "loglinear"
-    ell: int = 1
-    carry_over: bool = True
-    positions: str = "rope"
-    image_shape: str = ""
-    start_token: bool = False
+from harness.models.base import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -93,7 +68,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=lambda: _family_config("arm")())
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 0
@@ -106,7 +81,57 @@ class Config:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+_SECTIONS = {"data": DataConfig, "train": TrainConfig}
+
+
+def _family_config(family: str) -> type[ModelConfig]:
+    from harness.models import family_class
+
+    return family_class(family).config_class
+
+
+def _model_section(data: dict[str, Any]) -> ModelConfig:
+    """Build ``model.*`` with the config class of its family: each family accepts only its own keys."""
+    from harness.models import MODELS, family_names
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section 'model' must be a mapping, got {data!r}")
+    family = data.get("family", "arm")
+    if not isinstance(family, str) or family not in family_names():
+        names = family_names()
+        raise ConfigError(f"unknown model family {family!r} (config key 'model.family')",
+                          fix=f"{_did_you_mean(str(family), names)}families: {', '.join(names)}")
+    cls = _family_config(family)
+    known = {f.name for f in fields(cls)}
+    for key in data:
+        if key not in known:
+            owners = [n for n in family_names() if key in {f.name for f in fields(MODELS.get(n).config_class)}]
+            where = f" (model.{key} only applies to the {', '.join(owners)} famil{'y' if len(owners) == 1 else 'ies'})" if owners else ""
+            raise ConfigError(
+                f"unknown config key 'model.{key}' for the {family} family{where}",
+                fix=f"{_did_you_mean(key, sorted(known))}known keys under model.: {', '.join(sorted(known))}",
+            )
+    return _build(cls, data, "model.")
+
+
+#: values that versions writing every model key stored for the keys a family ignores
+_LEGACY_MODEL_DEFAULTS = {"time_conditioning": False, "cond_dim": 64, "schedule": "loglinear", "ell": 1,
+                          "carry_over": True, "start_token": False}
+
+
+def drop_legacy_model_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint config written with every model key: drop the other families' keys that hold
+    the values that meant "not used", so the family's own validation accepts the rest."""
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict):
+        return data
+    try:
+        known = {f.name for f in fields(_family_config(model.get("family", "arm")))}
+    except Exception:
+        return data  # an unknown family gets its clear error from config_from_dict
+    kept = {k: v for k, v in model.items()
+            if k in known or k not in _LEGACY_MODEL_DEFAULTS or v != _LEGACY_MODEL_DEFAULTS[k]}
+    return dict(data, model=kept)
 _CHOICES = {
     ("train", "precision"): ("fp32", "bf16"),
     ("data", "remainder"): ("drop", "pad"),
@@ -154,6 +179,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
                 f"unknown config key {path!r}",
                 fix=f"{_did_you_mean(key, sorted(known))}known keys under {prefix or 'top level'}: {', '.join(sorted(known))}",
             )
+        if cls is Config and key == "model":
+            kwargs[key] = _model_section(value or {})
+            continue
         if cls is Config and key in _SECTIONS:
             kwargs[key] = _build(_SECTIONS[key], value or {}, f"{key}.")
             continue
@@ -185,14 +213,7 @@ def validate(cfg: Config) -> None:
             f"head dimension {m.d_model // m.n_heads} must be even for rotary embeddings",
             fix="choose d_model / n_heads even",
         )
-    if m.ell < 1:
-        raise ConfigError(f"model.ell must be >= 1, got {m.ell}")
-    if m.family == "prime" and m.d_model % m.ell:
-        raise ConfigError(
-            f"model.d_model={m.d_model} is not divisible by model.ell={m.ell}: Prime concatenates ell "
-            "sub-token embeddings of size d_model/ell",
-            fix="choose d_model as a multiple of ell",
-        )
+    m.check()
     t = cfg.train
     for key in ("steps", "batch_size", "grad_accum", "eval_every", "save_every"):
         if getattr(t, key) < 1:

@@ -12,18 +12,59 @@ Two ways to draw the corruption of a sequence, both of which make the NELBO an e
   time-independent network; it is the time-agnostic masked model's objective.
 
 With K Monte-Carlo samples per sequence the uniforms are stratified over the K samples instead.
+
+Every draw takes one generator, or a list with one generator per row: then each row draws only
+for its own units (its uniforms, then per sample its valid units), so its corruption does not
+depend on the batch it is scored in or on the padding of that batch (the lm-eval adapter).
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
-EPS = 1e-3
+EPS = 1e-3  # MDLM's sampling_eps: t is drawn in [eps, 1]
+
+#: the two time samplers, as records describe them
+TIME_SAMPLERS = {
+    "t": "one t per sequence in [1e-3, 1], stratified over the batch (K=1) or over K samples; weight -alpha'/(1-alpha)",
+    "n": "exact mask count n = ceil(N u), stratified; weight N/n (unbiased for a time-independent network)",
+}
+
+Generators = torch.Generator | Sequence[torch.Generator] | None
 
 
-def stratified_uniform(batch: int, k: int, *, generator: torch.Generator | None, device=None) -> torch.Tensor:
+def _per_row(generator: Generators) -> bool:
+    return isinstance(generator, (list, tuple))
+
+
+def check_time_sampler(sampler: str) -> str:
+    if sampler not in TIME_SAMPLERS:
+        raise ValueError(f"unknown time sampler {sampler!r}: use 't' (MDLM) or 'n' (mask count)")
+    return sampler
+
+
+def unit_uniforms(valid: torch.Tensor, generator: Generators, *, fill: float) -> torch.Tensor:
+    """float64 U(0, 1) per unit, shape of ``valid``; with per-row generators only valid units draw
+    (row-major, the others hold ``fill``)."""
+    if not _per_row(generator):
+        return torch.rand(valid.shape, generator=generator, device=valid.device, dtype=torch.float64)
+    out = torch.full(valid.shape, fill, dtype=torch.float64, device=valid.device)
+    for row, g in enumerate(generator):
+        where = valid[row]
+        draw = torch.rand(int(where.sum()), generator=g, device=g.device, dtype=torch.float64)
+        out[row][where] = draw.to(valid.device)
+    return out
+
+
+def stratified_uniform(batch: int, k: int, *, generator: Generators, device=None) -> torch.Tensor:
     """(batch, k) uniforms, stratified along k: u_{b,j} = (v_{b,j} + j) / k with v iid U(0,1)."""
-    v = torch.rand(batch, k, generator=generator, device=device, dtype=torch.float64)
+    if _per_row(generator):
+        v = torch.cat([torch.rand(1, k, generator=g, device=g.device, dtype=torch.float64).to(device)
+                       for g in generator])
+    else:
+        v = torch.rand(batch, k, generator=generator, device=device, dtype=torch.float64)
     return (v + torch.arange(k, device=device, dtype=torch.float64)) / k
 
 
@@ -44,23 +85,21 @@ def counts_from_uniform(u: torch.Tensor, n_max: torch.Tensor) -> torch.Tensor:
     return torch.minimum(n.clamp_min(1), n_max.long())
 
 
-def mask_bernoulli(p: torch.Tensor, valid: torch.Tensor, *, generator: torch.Generator | None) -> torch.Tensor:
+def mask_bernoulli(p: torch.Tensor, valid: torch.Tensor, *, generator: Generators) -> torch.Tensor:
     """Mask each valid unit independently with probability ``p`` (broadcast against ``valid``)."""
     while p.dim() < valid.dim():
         p = p[..., None]
-    draw = torch.rand(valid.shape, generator=generator, device=valid.device, dtype=torch.float64)
-    return (draw < p) & valid
+    return (unit_uniforms(valid, generator, fill=1.0) < p) & valid
 
 
-def mask_exact(n: torch.Tensor, valid: torch.Tensor, *, generator: torch.Generator | None) -> torch.Tensor:
+def mask_exact(n: torch.Tensor, valid: torch.Tensor, *, generator: Generators) -> torch.Tensor:
     """Mask exactly ``n[b]`` of the valid units of row b, chosen uniformly at random.
 
     ``valid`` is (B, ...) bool; units are flattened per row. Invalid units (padding) never masked.
     """
     B = valid.shape[0]
     flat = valid.reshape(B, -1)
-    keys = torch.rand(flat.shape, generator=generator, device=valid.device, dtype=torch.float64)
-    keys = keys.masked_fill(~flat, 2.0)  # padding sorts last
+    keys = unit_uniforms(flat, generator, fill=2.0).masked_fill(~flat, 2.0)  # padding sorts last
     rank = keys.argsort(dim=1).argsort(dim=1)
     return ((rank < n.reshape(B, 1)) & flat).reshape(valid.shape)
 
@@ -73,7 +112,7 @@ def corrupt(
     sampler: str,
     schedule,
     mask_id: int,
-    generator: torch.Generator | None,
+    generator: Generators,
     time_conditioning: bool = False,
 ):
     """One corruption per row from uniforms ``u`` (B,): returns ``(z_t, masked, weight (B,), t)``.
@@ -96,7 +135,7 @@ def corrupt(
         weight = n_units.double() / n.double()
         t = None
     else:
-        raise ValueError(f"unknown time sampler {sampler!r}: use 't' (MDLM) or 'n' (mask count)")
+        check_time_sampler(sampler)
     z_t = torch.where(masked, torch.full_like(clean, mask_id), clean)
     return z_t, masked, weight, t
 
@@ -104,12 +143,12 @@ def corrupt(
 def monte_carlo(estimate, batch: int, num_samples: int, *, generator, device) -> torch.Tensor:
     """(B, K) float64 estimates, ``estimate(u (B,)) -> (B,)`` called once per sample.
 
-    K = 1 stratifies the single draw over the batch (MDLM's protocol); K > 1 stratifies over the
-    K samples of each sequence.
+    K = 1 stratifies the single draw over the batch (MDLM's protocol); K > 1, or per-row
+    generators, stratify over the K samples of each sequence.
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-    if num_samples == 1:
+    if num_samples == 1 and not _per_row(generator):
         u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
     else:
         u = stratified_uniform(batch, num_samples, generator=generator, device=device)
@@ -126,3 +165,35 @@ def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     if K < 2:
         return mean, torch.full_like(mean, float("nan"))
     return mean, estimates.std(1, unbiased=True) / K**0.5
+
+
+def monte_carlo_nelbo(
+    x0: torch.Tensor,
+    *,
+    units: torch.Tensor,
+    valid: torch.Tensor,
+    log_probs,
+    unit_terms,
+    schedule,
+    mask_id: int,
+    sampler: str,
+    num_samples: int,
+    generator: Generators,
+    time_conditioning: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Monte-Carlo NELBO per row: mean (B,) and standard error (B,) in nats (float64).
+
+    Each of the K samples corrupts ``units`` (B, L[, ell]) where ``valid`` allows, calls
+    ``log_probs(z_t, t or None) -> (B, L, C)`` and ``unit_terms(log_p, masked) -> (B, L)`` nats, and
+    weights the summed terms: E[w * sum over masked units of -log p(unit | z_t)]. The families'
+    ``nll`` and ``prime.bounds``' Monte-Carlo mode both run this.
+    """
+
+    def estimate(u: torch.Tensor) -> torch.Tensor:
+        z_t, masked, weight, t = corrupt(units, u, valid, sampler=sampler, schedule=schedule, mask_id=mask_id,
+                                         generator=generator, time_conditioning=time_conditioning)
+        log_p = log_probs(z_t, None if t is None else t.float())
+        return weight.double() * unit_terms(log_p, masked).sum(-1).double()
+
+    estimates = monte_carlo(estimate, x0.shape[0], num_samples, generator=generator, device=x0.device)
+    return summarize_samples(estimates)

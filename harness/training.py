@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from harness import distributed
 from harness.checkpoint import load_trainer_state, read_checkpoint_config, save_checkpoint
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError
-from harness.logging import console, progress
+from harness.logging import progress
 
 
 @dataclass(frozen=True)
@@ -48,20 +47,12 @@ def lr_at(cfg: Config, step: int) -> float:
     return t.lr * min(1.0, (step + 1) / t.warmup)
 
 
-IMAGE_PREFIX = "image:"
-
-
 @dataclass(frozen=True)
 class ImageRows:
     """One image per row: ``input_ids`` (N, H*W*ch) pixel levels, ``attention_mask`` all ones."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
-
-
-def image_dataset_name(corpus: str) -> str | None:
-    """``image:digits`` -> ``digits`` (``image:cifar10:PATH`` -> ``cifar10:PATH``); None for text."""
-    return corpus[len(IMAGE_PREFIX):] if corpus.startswith(IMAGE_PREFIX) else None
 
 
 def resolve_image_config(cfg: Config) -> Config:
@@ -73,10 +64,10 @@ def resolve_image_config(cfg: Config) -> Config:
     """
     from dataclasses import replace
 
-    from harness.data.images import IMAGE_SPLITS, get_image_dataset
+    from harness.data.images import IMAGE_SPLITS, get_image_dataset, is_image_spec, parse_image_spec
+    from harness.models import family_class
 
-    name = image_dataset_name(cfg.data.corpus)
-    if name is None:
+    if not is_image_spec(cfg.data.corpus):
         return cfg
     d, m = cfg.data, cfg.model
     for key in ("train_split", "valid_split"):
@@ -85,7 +76,7 @@ def resolve_image_config(cfg: Config) -> Config:
                 f"data.{key}={getattr(d, key)!r}: image datasets have the splits {', '.join(IMAGE_SPLITS)}",
                 fix=f"set data.{key} to one of them (train for training, test for validation)",
             )
-    ds = get_image_dataset(f"{name}:{d.train_split}")
+    ds = get_image_dataset(parse_image_spec(cfg.data.corpus).with_split(d.train_split))
     if d.seq_len != ds.seq_len:
         raise ConfigError(
             f"data.seq_len={d.seq_len} but {cfg.data.corpus} images are {ds.height}x{ds.width}x{ds.channels} "
@@ -102,11 +93,7 @@ def resolve_image_config(cfg: Config) -> Config:
     if m.image_shape and m.image_shape != shape:
         raise ConfigError(f"model.image_shape={m.image_shape!r} but {cfg.data.corpus} images are {shape}",
                           fix="leave model.image_shape empty: training fills it in")
-    if m.family == "arm" and not m.start_token:
-        raise ConfigError(
-            "an ARM on images needs model.start_token=true so that every pixel is scored",
-            fix="set model.start_token=true (the tiny-digits/arm preset does)",
-        )
+    family_class(m.family).check_image_config(m)
     return replace(cfg, data=replace(d, tokenizer=f"pixels:{ds.levels}"), model=replace(m, image_shape=shape))
 
 
@@ -125,13 +112,14 @@ def load_training_data(cfg: Config, tokenizer, corpus=None):
     For ``image:`` corpora ``data.train_split``/``data.valid_split`` are the dataset's own splits
     (``train``/``test``); ``cfg`` must have been through :func:`resolve_image_config`.
     """
-    name = image_dataset_name(cfg.data.corpus)
-    if name is None:
+    from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
+
+    if not is_image_spec(cfg.data.corpus):
         return load_text_data(cfg, tokenizer, corpus)
-    from harness.data.images import get_image_dataset
+    image = parse_image_spec(cfg.data.corpus)
 
     def rows(split: str) -> ImageRows:
-        ds = get_image_dataset(f"{name}:{split}")
+        ds = get_image_dataset(image.with_split(split))
         if ds.levels != tokenizer.vocab_size:
             raise ConfigError(f"{ds.spec} has {ds.levels} levels but the tokenizer {tokenizer.spec!r} has {tokenizer.vocab_size}")
         return ImageRows(ds.tokens, torch.ones_like(ds.tokens))
@@ -197,11 +185,12 @@ def train(
     multi-stage job shows one display); by default the run opens its own.
     """
     from harness.data import get_corpus, get_tokenizer
+    from harness.data.images import is_image_spec
     from harness.models import model_from_config
 
     out = Path(out)
     cfg = resolve_image_config(cfg)
-    image = image_dataset_name(cfg.data.corpus) is not None
+    image = is_image_spec(cfg.data.corpus)
     info = distributed.setup(device)
     if out.exists() and (out / "model.safetensors").exists() and not resume:
         raise CheckpointError(
@@ -339,10 +328,10 @@ def train(
         with ema.swapped_in(model):
             val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
     if image and info.is_main and end == cfg.train.steps and cfg.train.sample_grid > 0:
-        from harness.data.images import get_image_dataset
+        from harness.data.images import get_image_dataset, parse_image_spec
         from harness.images import write_sample_grid
 
         with ema.swapped_in(model):
-            write_sample_grid(model, get_image_dataset(f"{image_dataset_name(cfg.data.corpus)}:{cfg.data.train_split}"),
-                              out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)
+            layout = get_image_dataset(parse_image_spec(cfg.data.corpus).with_split(cfg.data.train_split))
+            write_sample_grid(model, layout, out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)
     return TrainResult(out=out, step=end, train_loss=last_loss, val_loss=val_loss, tokens_seen=end * tokens_per_step, wall_s=wall)

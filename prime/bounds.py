@@ -1,6 +1,6 @@
 """Likelihood, the valid sub-token bound, and the paper's token-joint objective for MDM-Prime.
 
-Read the first box of ``shared/reference/papers.md``: the paper's L_vb scores each token with the
+Why two objectives (``docs/bounds.md`` works an example): the paper's L_vb scores each token with the
 *joint* p(y_0^i | y_t) of its ell sub-tokens, but the continuous-time sampler reveals one sub-token at
 a time, each drawn from the *marginal* of that joint. The valid upper bound on -log p(x_0) therefore
 uses sub-token marginals. This module computes, per sequence and in nats:
@@ -41,7 +41,6 @@ from prime.subtokens import consistent, digit_table, encode, mask_id, subtoken_b
 Denoiser = Callable[[torch.Tensor], torch.Tensor]  # y_t (B, L, ell) -> logits (B, L, C)
 
 MAX_ENUMERATED_UNITS = 16  # exact enumeration evaluates the denoiser on 2^(L*ell) states
-T_SAMPLER_EPS = 1e-3  # MDLM's sampling_eps: t is drawn in [eps, 1]
 
 
 class MonteCarloEstimate(NamedTuple):
@@ -277,48 +276,39 @@ def _objective(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell:
 def _monte_carlo(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
                  num_samples: int | None, generator: torch.Generator | None, time_sampler: str,
                  states_per_call: int) -> MonteCarloEstimate:
-    """Unbiased (``"n"``) or MDLM-protocol (``"t"``) estimate of sum_S w(S) g(S), per sequence.
+    """Estimate sum_S w(S) g(S) per sequence with the families' estimator
+    (:func:`harness.diffusion.monte_carlo_nelbo`), K draws stratified over K.
 
-    Both use K stratified draws per sequence, u_k = (u + k) / K (one u per sequence for "n",
-    one per draw for "t"), and return the mean over k and stderr = std_k / sqrt(K) (conservative,
-    since stratification lowers the true variance).
-
-    "n": n_k = ceil(N u_k) (clamped to >= 1) is uniform on 1..N; mask exactly n_k units chosen
-    uniformly. With P(S) = 1 / (N binom(N, n)), the estimate N g(S) / n has expectation
-    sum_S g(S) / (n binom(N, n)) = sum_S w(S) g(S): unbiased, no truncation.
-
-    "t": MDLM's protocol. t_k = eps + (1 - eps) (u_k + k) / K with eps = 1e-3; each unit masked
-    independently with probability t_k; estimate g(S) / t_k (linear schedule, -alpha'/(1-alpha)
-    = 1/t). Since int_0^1 t^(n-1) (1 - t)^(N-n) dt = w(S), it would be unbiased for eps = 0; the
-    truncation at eps (and the 1/(1-eps) density) makes it biased by O(eps), as in MDLM.
+    "n": n ~ U{1..N} units masked exactly, estimate N g(S) / n; with P(S) = 1 / (N binom(N, n)) its
+    expectation is sum_S g(S) / (n binom(N, n)) = sum_S w(S) g(S): unbiased, no truncation.
+    "t": MDLM's protocol with the linear schedule: t in [eps, 1], each unit masked with probability
+    t, estimate g(S) / t; since int_0^1 t^(n-1) (1 - t)^(N-n) dt = w(S) it is unbiased for eps = 0,
+    and the truncation at eps = 1e-3 biases it by O(eps), as in MDLM.
+    ``states_per_call`` is unused: each draw scores the B sequences in one denoiser call.
     """
+    from harness.diffusion import check_time_sampler, monte_carlo_nelbo
+    from harness.schedules import get_schedule
+
     if num_samples is None or num_samples < 2:
         raise PrimebenchError(f"Monte Carlo needs num_samples >= 2, got {num_samples!r}",
                               fix="pass num_samples=K with K >= 2 (standard error needs 2 draws)")
-    if time_sampler not in ("n", "t"):
+    try:
+        check_time_sampler(time_sampler)
+    except ValueError as exc:
         raise PrimebenchError(f"unknown time_sampler {time_sampler!r}",
-                              fix='use "n" (unbiased, masked-count) or "t" (MDLM protocol)')
-    B, L = x0.shape
-    N, K = L * ell, num_samples
-    gen_device = generator.device if generator is not None else torch.device("cpu")
+                              fix='use "n" (unbiased, masked-count) or "t" (MDLM protocol)') from exc
+    base = subtoken_base(C, ell)
+    y0 = encode(x0, base, ell)  # (B, L, ell)
 
-    def rand(*shape: int) -> torch.Tensor:
-        return torch.rand(*shape, generator=generator, dtype=torch.float64,
-                          device=gen_device).to(x0.device)
+    def unit_terms(log_probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        if which == "subtoken":
+            return subtoken_nll_terms(log_probs, y0, masked, base, ell)
+        return token_joint_nll_terms(log_probs, x0, masked)
 
-    k = torch.arange(K, dtype=torch.float64, device=x0.device)
-    if time_sampler == "n":
-        u_k = (rand(B, 1) + k) / K  # (B, K)
-        n = torch.ceil(N * u_k).clamp(1, N)
-        rank = rand(B, K, N).argsort(-1).argsort(-1)  # uniform random permutation per draw
-        masked = rank < n[..., None]
-        weight = N / n
-    else:
-        t = T_SAMPLER_EPS + (1 - T_SAMPLER_EPS) * (rand(B, K) + k) / K
-        masked = rand(B, K, N) < t[..., None]
-        weight = 1.0 / t
-    scores = _score_masks(denoiser, x0, masked.reshape(B, K, L, ell), C=C, ell=ell,
-                          states_per_call=states_per_call)
-    g = scores.subtoken if which == "subtoken" else scores.token_joint  # (B, K)
-    estimates = weight.to(g.dtype) * g
-    return MonteCarloEstimate(estimates.mean(-1), estimates.std(-1) / math.sqrt(K))
+    value, stderr = monte_carlo_nelbo(
+        x0, units=y0, valid=torch.ones_like(y0, dtype=torch.bool),
+        log_probs=lambda y_t, t: restricted_log_probs(denoiser(y_t), y_t, C=C, base=base, ell=ell),
+        unit_terms=unit_terms, schedule=get_schedule("linear"), mask_id=mask_id(base), sampler=time_sampler,
+        num_samples=num_samples, generator=generator,
+    )
+    return MonteCarloEstimate(value, stderr)

@@ -1,7 +1,7 @@
 """Sub-tokenization of MDM-Prime: a token id becomes ``ell`` base-``base`` digits.
 
 A token x in {0, ..., C-1} is written in base ``base`` with ``ell`` digits, most significant first
-(MDM-Prime, encoder f and decoder f^{-1}; see ``shared/reference/papers.md`` section 2):
+(MDM-Prime, encoder f and decoder f^{-1}):
 
     y^j = floor(x / base**(ell - j)) mod base,   j = 1..ell
     x   = sum_j y^j * base**(ell - j)

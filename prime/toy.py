@@ -2,8 +2,8 @@
 
 :class:`TableDenoiser` is an arbitrary time-independent denoiser: one random logit table entry per
 whole partially masked state, so it has no structure the bounds could rely on. :func:`worked_example`
-is the one-token case of the first box of ``shared/reference/papers.md`` where the token-joint
-objective falls below the data entropy.
+is the one-token case (``docs/bounds.md``) where the token-joint objective falls below the data
+entropy.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class WorkedExample:
 
 
 def worked_example() -> WorkedExample:
-    """The first box of papers.md: C = 4, ell = 2, b = 2, p = (.45, .05, .05, .45), true conditionals."""
+    """The worked example of ``docs/bounds.md``: C = 4, ell = 2, b = 2, p = (.45, .05, .05, .45), true conditionals."""
     p = torch.tensor([0.45, 0.05, 0.05, 0.45], dtype=torch.float64)
     return WorkedExample(C=4, ell=2, base=subtoken_base(4, 2), p=p,
                          denoiser=ConstantDenoiser(torch.log(p)), x0=torch.arange(4)[:, None])

@@ -11,7 +11,8 @@ has H = log L; a sample repeating one token has H = 0. Zheng et al. report the m
 drops ids (e.g. padding) before counting and shrinks L accordingly.
 
 :class:`MeanEntropy` accumulates per-sample entropies with float64 state (update / compute / reset,
-the torchmetrics protocol; ``state()`` is one float64 tensor to all-reduce with a sum across ranks)
+the torchmetrics protocol through :class:`~harness.metrics.base.Accumulator`; ``state()`` is one
+float64 tensor to all-reduce with a sum across ranks)
 and reports the mean and its standard error.
 """
 
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
+
 from harness.errors import PrimebenchError
+from harness.metrics.base import Accumulator
 
 _BASES = {"e": 1.0, 2: math.log(2.0), "2": math.log(2.0)}
 
@@ -78,46 +81,41 @@ class EntropyResult:
     units: str
 
 
-class MeanEntropy:
+class MeanEntropy(Accumulator):
     """Mean per-sample unigram entropy over everything passed to ``update``; float64 state.
 
-    ``update(tokens)`` takes (B, L) ids (or a list of id lists of any lengths). The state is the count,
-    sum and sum of squares of the per-sample entropies (float64), so the result does not depend on
-    how samples are split into batches (up to float64 rounding) and every partial batch counts.
+    ``update(tokens)`` takes (B, L) ids (or a list of id lists of any lengths). The states are the
+    count, sum and sum of squares of the per-sample entropies (float64; ``state()`` is the vector
+    [count, sum, sum of squares]), so the result does not depend on how samples are split into
+    batches (up to float64 rounding) and every partial batch counts.
     """
 
     def __init__(self, *, base: str | int = "e", ignore_ids: Iterable[int] = ()):
+        super().__init__()
         self.base = base
         self.units = units_of(base)
         self.ignore_ids = tuple(int(i) for i in ignore_ids)
-        self.reset()
-
-    def reset(self) -> None:
-        self._state = torch.zeros(3, dtype=torch.float64)  # count, sum, sum of squares
-
-    def state(self) -> torch.Tensor:
-        """(3,) float64 [count, sum, sum of squares]: all-reduce (sum) it, then ``load_state``."""
-        return self._state.clone()
-
-    def load_state(self, state: torch.Tensor) -> None:
-        self._state = state.detach().to(device="cpu", dtype=torch.float64).clone()
+        self.add_state("count", 0.0, dist_reduce_fx="sum")
+        self.add_state("total", 0.0, dist_reduce_fx="sum")
+        self.add_state("total_sq", 0.0, dist_reduce_fx="sum")
 
     def update(self, tokens) -> None:
         if isinstance(tokens, torch.Tensor) and tokens.dim() != 2:
             raise PrimebenchError(f"MeanEntropy.update takes samples (B, L), got shape {tuple(tokens.shape)}")
         values = torch.tensor([unigram_entropy(r, base=self.base, ignore_ids=self.ignore_ids) for r in tokens],
                               dtype=torch.float64)
-        self._state += torch.stack([torch.tensor(float(values.numel()), dtype=torch.float64), values.sum(),
-                                    (values * values).sum()])
+        self.count += float(values.numel())
+        self.total += values.sum()
+        self.total_sq += (values * values).sum()
 
     def compute(self) -> EntropyResult:
-        n = int(self._state[0])
+        n = int(self.count)
         if n == 0:
             raise PrimebenchError("MeanEntropy.compute() before any update", fix="update with samples first")
-        mean = float(self._state[1]) / n
+        mean = float(self.total) / n
         if n < 2:
             return EntropyResult(mean=mean, stderr=float("nan"), count=n, units=self.units)
-        var = max(float(self._state[2]) - n * mean * mean, 0.0) / (n - 1)
+        var = max(float(self.total_sq) - n * mean * mean, 0.0) / (n - 1)
         return EntropyResult(mean=mean, stderr=math.sqrt(var / n), count=n, units=self.units)
 
 

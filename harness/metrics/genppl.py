@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.metrics.base import Accumulator
+
 
 @dataclass(frozen=True)
 class GenPPLResult:
@@ -38,17 +40,23 @@ def counted_targets(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (first_eos | ~is_eos)[:, 1:]
 
 
-class GenPPL:
-    """update/compute with float64 per-sample sums; batch composition does not change the result."""
+class GenPPL(Accumulator):
+    """update/compute with float64 per-sample sums; batch composition does not change the result.
+
+    States (joined over ranks): ``nats`` and ``counts``, the per-sample sums of counted nats and
+    counted targets, and ``truncated_flags``, whether each retokenised sample was truncated.
+    """
 
     def __init__(self) -> None:
-        self.reset()
+        super().__init__()
+        self.add_state("nats", [], dist_reduce_fx="cat")
+        self.add_state("counts", [], dist_reduce_fx="cat")
+        self.add_state("truncated_flags", [], dist_reduce_fx="cat")
 
-    def reset(self) -> None:
-        self.nats: list[float] = []
-        self.counts: list[float] = []
-        self.truncated = 0
-        self.truncated_flags: list[bool] = []
+    @property
+    def truncated(self) -> int:
+        """How many samples were truncated to ``max_length`` judge tokens."""
+        return sum(self.truncated_flags)
 
     def update(self, nats: torch.Tensor, counted: torch.Tensor) -> None:
         """``nats`` (B, T-1) per-target NLL and ``counted`` (B, T-1) bool from :func:`counted_targets`."""
@@ -88,8 +96,6 @@ def score_texts(judge, texts: list[str], *, max_length: int, batch_size: int = 8
         encoded = [judge.encode(t) for t in chunk]
         for ids in encoded:
             metric.truncated_flags.append(len(ids) > max_length)
-            if len(ids) > max_length:
-                metric.truncated += 1
         encoded = [ids[:max_length] for ids in encoded]
         encoded = [ids if ids else [judge.eos_id] for ids in encoded]
         all_ids.extend(encoded)

@@ -1,0 +1,213 @@
+"""What every model family is: a backbone, its config keys, and the facts the rest of the harness asks.
+
+A family is the only place that knows its own name. Evaluations, samplers, the lm-eval adapter and
+the records read these class attributes instead of comparing family names:
+
+* ``units_per_token``: 1 for whole-token models, ell for MDM-Prime's sub-tokens;
+* ``default_sampler`` / ``token_by_token_sampler``: the sampler a family uses, and the one-unit-per-call
+  control that the precision audit runs beside it;
+* ``estimators``: the likelihood numbers it offers, in order (the first is the default), each with
+  its kind (exact / bound / paper-objective);
+* ``token_convention``: which tokens a row's NLL counts;
+* ``protocol()`` and ``label()``: what a record says about the model, and how a table names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from harness.diffusion import Generators
+from harness.nll import NLL
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The ``model.*`` keys every family has: its name and the backbone's shape.
+
+    ``positions``: ``rope`` (1-D rotary only) or ``image`` (rotary plus learned row/column/channel
+    embeddings, :mod:`harness.positions`); ``image_shape`` ``"HxWxC"`` is filled in from an
+    ``image:`` corpus at train time. Families add their own keys in subclasses.
+    """
+
+    family: str = "arm"
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    positions: str = "rope"
+    image_shape: str = ""
+
+    def check(self) -> None:
+        """Checks across this family's keys; raise :class:`harness.errors.ConfigError`."""
+
+    def backbone_keys(self) -> dict[str, Any]:
+        return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
+                    mlp_ratio=self.mlp_ratio, dropout=self.dropout)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One likelihood number a family offers: ``name`` (its ``--estimator`` value), ``kind``
+    (exact / bound / paper-objective), the metric-name ``suffix`` it is recorded under, and a
+    one-line description for records."""
+
+    name: str
+    kind: str
+    suffix: str
+    description: str
+
+
+class ModelFamily(nn.Module):
+    """Base class: holds the backbone, the vocabulary size C and the sequence length L."""
+
+    family: ClassVar[str] = ""
+    config_class: ClassVar[type[ModelConfig]] = ModelConfig
+    #: sort rank of the family in tables (records carry it)
+    table_order: ClassVar[int] = 99
+    #: the registered samplers that can draw from this family, and its default and token-by-token ones
+    samplers: ClassVar[tuple[str, ...]] = ()
+    default_sampler: ClassVar[str] = ""
+    token_by_token_sampler: ClassVar[str] = ""
+    estimators: ClassVar[tuple[Estimator, ...]] = ()
+    token_convention: ClassVar[str] = ""
+    #: whether a diffusion time sampler ("t" / "n") and Monte-Carlo samples apply to ``nll``
+    uses_time_sampler: ClassVar[bool] = False
+    #: whether the model conditions left to right (lm-eval's rolling windows, causal attention)
+    autoregressive: ClassVar[bool] = False
+    mask_id: int | None = None
+    time_conditioning: bool = False
+
+    def __init__(self, *, vocab_size: int, seq_len: int, hparams: dict[str, Any]):
+        super().__init__()
+        self.vocab_size = int(vocab_size)
+        self.seq_len = int(seq_len)
+        self.hparams = dict(hparams)
+
+    # -- facts -----------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def units_per_token(self) -> int:
+        return 1
+
+    @property
+    def may_decode_invalid_codes(self) -> bool:
+        """Whether sampled units can decode to a code >= C (Prime without carry-over)."""
+        return False
+
+    @property
+    def nll_kind(self) -> str:
+        """The kind of number the default estimator gives."""
+        return self.estimators[0].kind
+
+    @property
+    def row_capacity(self) -> int:
+        """Most tokens one row given to :meth:`score` may hold."""
+        return self.seq_len
+
+    @property
+    def default_time_sampler(self) -> str | None:
+        return None
+
+    #: appended to an image record's token convention
+    image_token_note: ClassVar[str] = ""
+
+    @property
+    def image_unscored_first_pixel(self) -> str | None:
+        """Why bits/dim over an image would miss a dimension (None when every pixel is scored)."""
+        return None
+
+    def estimator(self, name: str | None = None) -> Estimator:
+        """The estimator ``name`` (None: the family's default); a clear error for one it lacks."""
+        if name is None:
+            return self.estimators[0]
+        for est in self.estimators:
+            if est.name == name:
+                return est
+        raise ValueError(
+            f"unknown estimator {name!r} for the {self.family} family: use one of {[e.name for e in self.estimators]}"
+        )
+
+    def protocol(self) -> dict[str, Any]:
+        """Family settings that a record's protocol carries (e.g. Prime's ell, base, carry-over)."""
+        return {}
+
+    @classmethod
+    def label(cls, cfg: ModelConfig) -> str:
+        """How tables name a model of this family with config ``cfg``."""
+        return cls.family
+
+    @classmethod
+    def check_image_config(cls, cfg: ModelConfig) -> None:
+        """Raise a ConfigError if ``cfg`` cannot score every pixel of an image dataset."""
+
+    # -- checks ----------------------------------------------------------------------------
+    def check_tokens(self, x0: torch.Tensor, max_len: int | None = None) -> None:
+        """Fail loudly on ids outside [0, C) or rows longer than ``max_len`` (default the model's L)."""
+        if x0.dim() != 2:
+            raise ValueError(f"expected token ids of shape (B, L), got {tuple(x0.shape)}")
+        if x0.shape[1] > (max_len or self.seq_len):
+            raise ValueError(f"sequence length {x0.shape[1]} exceeds the model's seq_len={self.seq_len}")
+        if x0.numel() and (int(x0.min()) < 0 or int(x0.max()) >= self.vocab_size):
+            raise ValueError(
+                f"token ids must lie in [0, {self.vocab_size}); got range [{int(x0.min())}, {int(x0.max())}]: "
+                "the data was tokenized with a different vocabulary than the model's"
+            )
+
+    @staticmethod
+    def scored_tokens(x0: torch.Tensor, attention_mask, corruptible) -> torch.Tensor:
+        """(B, L) bool: real tokens (``attention_mask``) that may be corrupted (``corruptible``)."""
+        scored = torch.ones_like(x0, dtype=torch.bool) if attention_mask is None else attention_mask.to(torch.bool)
+        return scored if corruptible is None else scored & corruptible.to(torch.bool)
+
+    # -- the interface -----------------------------------------------------------------------
+    def forward(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
+        """The training loss, so that DistributedDataParallel's forward hooks see it."""
+        return self.loss(x0, generator=generator, attention_mask=attention_mask)
+
+    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+        """(B, L[, ell]) inputs -> (B, L, C) log p_theta(x_0^i = c | z_t)."""
+        raise NotImplementedError
+
+    def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask=None,
+        corruptible: torch.Tensor | None = None,
+        estimator: str | None = None,
+        time_sampler: str | None = None,
+    ) -> NLL:
+        """Per-sequence NLL (nats) of the tokens of ``x0`` (B, L) that ``corruptible`` marks (all
+        real tokens by default); the others are given context. See the families for the estimator."""
+        raise NotImplementedError
+
+    def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: the one-pass argmax reproduces every ``corruptible`` token (lm-eval's is_greedy)."""
+        raise NotImplementedError
+
+    def score(self, x0: torch.Tensor, *, corruptible: torch.Tensor, attention_mask=None, greedy: bool = False,
+              **nll_kwargs: Any) -> tuple[NLL, torch.Tensor | None]:
+        """``nll`` of the corruptible tokens and, if ``greedy``, :meth:`greedy_matches` (lm-eval's pair)."""
+        out = self.nll(x0, attention_mask=attention_mask, corruptible=corruptible, **nll_kwargs)
+        return out, (self.greedy_matches(x0, attention_mask=attention_mask, corruptible=corruptible) if greedy else None)
+
+
+def config_keys(cls: type[ModelConfig]) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+__all__ = ["Estimator", "Generators", "ModelConfig", "ModelFamily", "config_keys"]

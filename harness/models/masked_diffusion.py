@@ -1,0 +1,204 @@
+"""The base of the masked-diffusion families (MDLM, the time-agnostic masked model, MDM-Prime).
+
+A family here corrupts *units* (whole tokens, or Prime's ell sub-tokens per token) with an
+absorbing mask and is scored by the continuous-time NELBO
+
+    -log p(x_0) <= E_t[ w(t) * sum over masked units of term(unit | z_t) ],   w = -alpha'_t / (1 - alpha_t),
+
+estimated by Monte Carlo. This class owns the constructor, the forward process over units and
+that estimator; a family says only what differs:
+
+* ``units(x0)``: (B, L) tokens -> its clean units, (B, L) or (B, L, ell), and ``mask_id``;
+* ``log_probs(z_t, t)``: (B, L, C) log p_theta(x_0^i = c | z_t);
+* ``unit_terms(log_p, x0, units, masked, estimator)``: (B, L) nats per token for one corruption.
+
+:meth:`nll` is the one Monte-Carlo estimator that ``eval ppl``, the lm-eval adapter and
+``prime.bounds``' Monte-Carlo mode all run; ``corruptible`` marks the tokens it may mask (the
+adapter's continuation), the rest is context that is always visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from harness import diffusion
+from harness.diffusion import Generators
+from harness.models.base import Estimator, ModelConfig, ModelFamily
+from harness.nll import NLL
+
+
+@dataclass(frozen=True)
+class MaskedDiffusionConfig(ModelConfig):
+    """Keys of a time-independent masked-diffusion model: the noise schedule (``loglinear``, ...)."""
+
+    schedule: str = "loglinear"
+
+
+@dataclass(frozen=True)
+class MDLMConfig(MaskedDiffusionConfig):
+    """MDLM adds an optional time input (off, as MDLM's OWT checkpoints) of width ``cond_dim``."""
+
+    time_conditioning: bool = False
+    cond_dim: int = 64
+
+
+BOUND = Estimator("bound", "bound", "", "Monte-Carlo NELBO: sum over masked tokens of -log p(x_0^i | z_t), weighted")
+
+
+class MaskedDiffusion(ModelFamily):
+    """Absorbing-mask diffusion over units; ``nll`` is the Monte-Carlo NELBO (an upper bound)."""
+
+    config_class: ClassVar[type[ModelConfig]] = MaskedDiffusionConfig
+    default_sampler = "ancestral"
+    token_by_token_sampler = "first-hitting"
+    estimators = (BOUND,)
+    token_convention = "all L positions of each row are scored, BOS/EOS included, as MDLM's NELBO"
+    uses_time_sampler = True
+    #: how the training loss draws its corruption: "t" (per-sequence time) or "n" (exact mask count)
+    train_sampler: ClassVar[str] = "t"
+    #: the estimator the training loss minimises
+    train_estimator: ClassVar[str] = "bound"
+    default_nll_sampler: ClassVar[str] = "t"
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        seq_len: int,
+        d_model: int = 128,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        mlp_ratio: int = 4,
+        dropout: float = 0.0,
+        positions: str = "rope",
+        image_shape: str = "",
+        schedule: str = "loglinear",
+        time_conditioning: bool = False,
+        cond_dim: int = 64,
+        extra_hparams: dict[str, Any] | None = None,
+    ):
+        from harness.backbone import Backbone, BackboneConfig
+        from harness.positions import build_positions
+        from harness.schedules import get_schedule
+
+        shape = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
+        super().__init__(vocab_size=vocab_size, seq_len=seq_len, hparams=dict(
+            shape, schedule=schedule, positions=positions, image_shape=image_shape, **(extra_hparams or {})))
+        self.time_conditioning = bool(time_conditioning)
+        self.schedule = get_schedule(schedule)
+        self.mask_id = self._unit_mask_id()
+        # parameters are created in this order (embedding, positions, backbone): seeds give the same weights
+        embedding = self._embedding(d_model)
+        self.backbone = Backbone(
+            BackboneConfig(vocab_in=self.mask_id + 1, vocab_out=vocab_size, seq_len=seq_len,
+                           time_conditioning=self.time_conditioning, cond_dim=cond_dim, **shape),
+            embedding=embedding,
+            positions=build_positions(positions, image_shape, d_model=d_model, seq_len=seq_len),
+        )
+
+    # -- what a family overrides -------------------------------------------------------------
+    def _unit_mask_id(self) -> int:
+        """The mask id of a unit: C for whole tokens."""
+        return self.vocab_size
+
+    def _embedding(self, d_model: int) -> nn.Module | None:
+        return None  # the backbone's plain (C + 1) x D table
+
+    def units(self, x0: torch.Tensor) -> torch.Tensor:
+        """(B, L) token ids -> the clean units the forward process masks."""
+        return x0
+
+    def unit_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, L) bool per token -> the same per unit."""
+        return tokens
+
+    def unit_terms(self, log_p: torch.Tensor, x0: torch.Tensor, units: torch.Tensor, masked: torch.Tensor,
+                   estimator: str) -> torch.Tensor:
+        """(B, L) nats per token for one corruption: -log p(x_0^i | z_t) where token i is masked."""
+        true = log_p.gather(-1, x0[..., None]).squeeze(-1)
+        return torch.where(masked, -true, torch.zeros_like(true))
+
+    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- facts --------------------------------------------------------------------------------
+    #: units are sub-tokens of a token's code: the network takes (B, L, ell) (MDM-Prime)
+    subtokens: ClassVar[bool] = False
+    samplers: ClassVar[tuple[str, ...]] = ("ancestral", "first-hitting", "maskgit")
+
+    @property
+    def unit_base(self) -> int:
+        """Values a unit takes besides the mask: C for whole tokens."""
+        return self.vocab_size
+
+    @property
+    def default_time_sampler(self) -> str:
+        return self.default_nll_sampler
+
+    # -- the forward process and the estimator --------------------------------------------------
+    def corrupt(self, units: torch.Tensor, u: torch.Tensor, valid: torch.Tensor, sampler: str, generator: Generators):
+        """One corruption per row from uniforms u (B,): ``(z_t, masked, weight (B,), t (B,) or None)``."""
+        return diffusion.corrupt(units, u, valid, sampler=sampler, schedule=self.schedule, mask_id=self.mask_id,
+                                 generator=generator, time_conditioning=self.time_conditioning)
+
+    def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
+        """The training objective per token (nats), one corruption per sequence, stratified over the batch."""
+        self.check_tokens(x0)
+        tokens = self.scored_tokens(x0, attention_mask, None)
+        units = self.units(x0)
+        u = diffusion.batch_stratified_uniform(x0.shape[0], generator=generator, device=x0.device)
+        z_t, masked, weight, t = self.corrupt(units, u, self.unit_mask(tokens), self.train_sampler, generator)
+        log_p = self.log_probs(z_t, None if t is None else t.float(), attention_mask)
+        nats = self.unit_terms(log_p, x0, units, masked, self.train_estimator).sum(-1)
+        return (weight.to(torch.float32) * nats).sum() / tokens.sum().clamp_min(1)
+
+    @torch.no_grad()
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask=None,
+        corruptible: torch.Tensor | None = None,
+        estimator: str | None = None,
+        time_sampler: str | None = None,
+    ) -> NLL:
+        """Monte-Carlo NELBO per sequence (nats over the scored tokens), K = ``num_samples`` corruptions.
+
+        K = 1 stratifies the single draw over the batch (MDLM's protocol; the per-sequence standard
+        error is then NaN); K > 1 stratifies over the K samples of each sequence. ``generator``: one
+        generator, or one per row (a row's draws then do not depend on its batch). ``time_sampler``:
+        "t" (MDLM time) or "n" (exact mask count), default the family's. Only ``corruptible`` real
+        tokens are ever masked; the rest of the row is visible context.
+        """
+        self.check_tokens(x0)
+        est = self.estimator(estimator)
+        tokens = self.scored_tokens(x0, attention_mask, corruptible)
+        units = self.units(x0)
+        nats, stderr = diffusion.monte_carlo_nelbo(
+            x0, units=units, valid=self.unit_mask(tokens),
+            log_probs=lambda z_t, t: self.log_probs(z_t, t, attention_mask),
+            unit_terms=lambda log_p, masked: self.unit_terms(log_p, x0, units, masked, est.name),
+            schedule=self.schedule, mask_id=self.mask_id, sampler=time_sampler or self.default_nll_sampler,
+            num_samples=num_samples, generator=generator, time_conditioning=self.time_conditioning,
+        )
+        return NLL(nats=nats, tokens=tokens.sum(-1).double(), kind=est.kind, stderr=stderr, num_samples=num_samples)
+
+    @torch.no_grad()
+    def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: with every corruptible unit masked, one pass's argmax equals the tokens there
+        (the MDLM/DUO lm-eval practice: a check of the one-step denoiser, not of a sampler)."""
+        scored = self.scored_tokens(x0, attention_mask, corruptible)
+        units = self.units(x0)
+        z = torch.where(self.unit_mask(scored), torch.full_like(units, self.mask_id), units)
+        t = torch.ones(x0.shape[0], device=x0.device) if self.time_conditioning else None
+        guess = self.log_probs(z, t, attention_mask).argmax(-1)
+        return ((guess == x0) | ~scored).all(-1)
+
+
+__all__ = ["BOUND", "MDLMConfig", "MaskedDiffusion", "MaskedDiffusionConfig"]
