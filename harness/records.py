@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import PrimebenchError
-from harness.results import KINDS
+from harness.io import file_sha256
+from harness.nll import KINDS
 
 SCHEMA = "primebench-record/1"
 _PACKAGES = ("torch", "transformers", "lm_eval", "tokenizers", "torchmetrics", "torch-fidelity", "numpy", "primebench")
@@ -52,14 +53,6 @@ class Metric:
     def to_dict(self) -> dict[str, Any]:
         se = None if self.stderr is None or (isinstance(self.stderr, float) and math.isnan(self.stderr)) else float(self.stderr)
         return {"value": float(self.value), "stderr": se, "kind": self.kind, "units": self.units}
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def package_versions() -> dict[str, str]:
@@ -101,9 +94,13 @@ def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, f
         weights = checkpoint / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:
+        from harness.models import family_class
+
         block["config"] = cfg.to_dict()
         block["family"] = family or cfg.model.family
         block["name"] = name or cfg.name
+        block["label"] = family_class(cfg.model.family).label(cfg.model)  # how tables name it
+        block["order"] = family_class(cfg.model.family).table_order
     return block
 
 
@@ -148,7 +145,7 @@ def record_filename(record: dict[str, Any]) -> str:
 
 def write_record(record: dict[str, Any], out_dir: Path) -> Path:
     """Write atomically into ``out_dir`` and return the path; never overwrites another record."""
-    from harness.checkpoint import atomic_write_text
+    from harness.io import atomic_write_text
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -2,16 +2,17 @@
 
 MDM-Prime's L_vb scores each token with the *joint* of its ell sub-tokens, but the continuous-time
 sampler reveals one sub-token at a time from the *marginal* of that joint, so the valid upper bound
-on -log p_theta(x) uses marginals (first box of ``shared/reference/papers.md``; ``prime.bounds``).
+on -log p_theta(x) uses marginals (``prime.bounds``; worked example in ``docs/bounds.md``).
 This module computes, in nats per token:
 
 * :func:`toy_audit`: by enumeration on toy time-independent denoisers, where the exact NLL of the
-  sampler is computable: the worked example of the reference box (exact 1.0182, token-joint 0.8342),
+  sampler is computable: the worked example of ``docs/bounds.md`` (exact 1.0182, token-joint 0.8342),
   ideal models of random one-token data, and random :class:`~prime.toy.TableDenoiser` networks;
   every row is an expectation under its data distribution (for a random network, its own
   distribution p_theta, enumerated over all C^L sequences), so "exact" is then an entropy;
-* :func:`checkpoint_audit`: Monte Carlo with standard errors for a trained checkpoint on rows of
-  its validation split (Prime: both estimators; MDLM / masked: the bound; ARM: the exact NLL).
+* :func:`checkpoint_audit`: Monte Carlo with standard errors for a trained model on given rows
+  (Prime: both estimators; MDLM / masked: the bound; ARM: the exact NLL);
+  :func:`audit_checkpoint` loads a checkpoint and scores rows of its validation split with it.
 
 ``gap = paper objective - exact``: a negative gap means the paper objective is below the exact
 NLL, so it is not an upper bound there. The sub-token bound is never below the exact NLL.
@@ -76,7 +77,7 @@ class BoundRow:
         gap = self.gap
         if gap is not None:
             return BELOW if gap < -1e-12 else ABOVE
-        if self.family == "prime" and self.token_joint is not None and self.subtoken_bound is not None:
+        if self.token_joint is not None and self.subtoken_bound is not None:
             diff = self.token_joint - self.subtoken_bound
             se = math.hypot(self.token_joint_stderr or 0.0, self.subtoken_bound_stderr or 0.0)
             if diff < -3 * se:
@@ -111,10 +112,13 @@ class BoundRow:
 
 @dataclass(frozen=True)
 class BoundAudit:
-    """Rows plus the protocol that produced them (provenance for the JSON record)."""
+    """Rows plus the protocol that produced them (provenance for the JSON record), and the
+    checkpoint and its config when the rows come from one."""
 
     rows: list[BoundRow]
     protocol: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+    cfg: Any = field(default=None, repr=False, compare=False)
 
     @property
     def subtoken_always_holds(self) -> bool | None:
@@ -124,9 +128,12 @@ class BoundAudit:
 
     def to_record(self, *, checkpoint=None, cfg=None) -> dict[str, Any]:
         """A ``primebench-record/1`` record (evaluation "bound"): one item per row in ``rows``, each
-        with its metrics (exact / bound / paper-objective, with stderr where Monte Carlo)."""
+        with its metrics (exact / bound / paper-objective, with stderr where Monte Carlo).
+        ``checkpoint`` and ``cfg`` default to the audit's own."""
         from harness.records import Metric, make_record, model_block
 
+        checkpoint = self.checkpoint if checkpoint is None else checkpoint
+        cfg = self.cfg if cfg is None else cfg
         items = []
         for r in self.rows:
             detail = r.to_record()
@@ -144,7 +151,14 @@ class BoundAudit:
                 "subtoken_bound_holds": detail["subtoken_bound_holds"],
                 "verdict": detail["verdict"],
             })
-        model = model_block(checkpoint, cfg) if checkpoint is not None else {"name": "toy models", "family": "prime"}
+        if checkpoint is not None:
+            model = model_block(checkpoint, cfg)
+        else:  # the toy denoisers are Prime's sub-token models with the protocol's ell
+            from harness.models import family_class
+
+            prime = family_class("prime")
+            label = prime.label(prime.config_class(family="prime", ell=self.protocol.get("ell", 1)))
+            model = {"name": "toy models", "family": "prime", "label": label, "order": prime.table_order}
         return make_record(
             "bound", model=model, metrics={}, protocol=dict(self.protocol), seed=self.protocol.get("seed"),
             extra={"rows": items, "subtoken_bound_always_holds": self.subtoken_always_holds},
@@ -259,34 +273,56 @@ def checkpoint_audit(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     if input_ids.shape[0] == 0:
         raise PrimebenchError("no validation rows to score", fix="raise --batches or check the corpus's split")
     family = model.family
-    sampler = None
-    if family != "arm":
-        sampler = "t" if getattr(model, "time_conditioning", False) else "n"
+    sampler = ("t" if model.time_conditioning else "n") if model.uses_time_sampler else None
 
     def run(**kwargs):
-        if sampler is not None:
-            kwargs["time_sampler"] = sampler
         return evaluate_nll(model, input_ids, attention_mask, batch_size=batch_size, num_samples=num_samples,
-                            seed=seed, nll_kwargs=kwargs)
+                            seed=seed, nll_kwargs=dict(kwargs, time_sampler=sampler))
 
     label = f"{name} ({input_ids.shape[0]} rows x {input_ids.shape[1]} tokens, K={num_samples})"
-    if family == "prime":
-        sub, tok = run(estimator="subtoken"), run(estimator="token_joint")
-        row = BoundRow(name=label, method="monte-carlo", family=family, exact_nll=None,
-                       subtoken_bound=sub.nll, token_joint=tok.nll, subtoken_bound_stderr=sub.stderr,
-                       token_joint_stderr=tok.stderr, tokens=sub.tokens)
-    elif family == "arm":
-        res = run()
-        row = BoundRow(name=label, method="exact", family=family, exact_nll=res.nll, subtoken_bound=None,
-                       token_joint=None, tokens=res.tokens)
-    else:
-        res = run()
-        row = BoundRow(name=label, method="monte-carlo", family=family, exact_nll=None, subtoken_bound=res.nll,
-                       token_joint=None, subtoken_bound_stderr=res.stderr, tokens=res.tokens)
+    # one row per checkpoint: the family's numbers by kind (exact NLL, valid bound, paper objective)
+    by_kind = {est.kind: run(estimator=est.name) for est in model.estimators}
+    exact, bound, paper = by_kind.get("exact"), by_kind.get("bound"), by_kind.get("paper-objective")
+    first = exact or bound or paper
+    row = BoundRow(name=label, method="exact" if exact is not None else "monte-carlo", family=family,
+                   exact_nll=None if exact is None else exact.nll,
+                   subtoken_bound=None if bound is None else bound.nll,
+                   token_joint=None if paper is None else paper.nll,
+                   **({} if bound is None else {"subtoken_bound_stderr": bound.stderr}),
+                   **({} if paper is None else {"token_joint_stderr": paper.stderr}),
+                   tokens=first.tokens)
     protocol = {"source": "checkpoint", "family": family, "rows": int(input_ids.shape[0]),
                 "seq_len": int(input_ids.shape[1]), "num_samples": num_samples, "batch_size": batch_size,
-                "seed": seed, "time_sampler": sampler, "ell": getattr(model, "ell", 1)}
+                "seed": seed, "time_sampler": sampler, "ell": model.units_per_token}
     return BoundAudit(rows=[row], protocol=protocol)
 
 
-__all__ = ["BoundAudit", "BoundRow", "checkpoint_audit", "toy_audit", "BELOW", "ABOVE", "UNITS", "KINDS"]
+def audit_checkpoint(checkpoint, *, mc_samples: int, batches: int, batch_size: int, seed: int = 0,
+                     device: str = "cpu", log=None) -> BoundAudit:
+    """:func:`checkpoint_audit` of the checkpoint's model on the first ``batches * batch_size`` rows of
+    its validation split, packed as in training; the protocol names the checkpoint and the data."""
+    import dataclasses
+
+    from pathlib import Path
+
+    from harness.checkpoint import read_checkpoint_config
+    from harness.data import get_corpus, get_packed
+    from harness.evaluation import load_for_evaluation
+
+    corpus = get_corpus(read_checkpoint_config(Path(checkpoint))[0].data.corpus)
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus)
+    d = cfg.data
+    valid = get_packed(corpus, d.valid_split, tokenizer, seq_len=d.seq_len, wrap=d.wrap,
+                       eos_between_docs=d.eos_between_docs, remainder=d.remainder)
+    n = min(valid.rows, batches * batch_size)
+    if log is not None:
+        log(f"scoring {n} of {valid.rows} {d.valid_split} rows of {d.corpus} with K={mc_samples}")
+    audit = checkpoint_audit(model, valid.input_ids[:n], valid.attention_mask[:n], num_samples=mc_samples,
+                             batch_size=batch_size, seed=seed, name=f"{d.corpus}:{d.valid_split}")
+    return dataclasses.replace(audit, protocol={**audit.protocol, "checkpoint": str(checkpoint), "corpus": d.corpus,
+                                                "split": d.valid_split, "tokenizer": d.tokenizer},
+                               checkpoint=checkpoint, cfg=cfg)
+
+
+__all__ = ["BoundAudit", "BoundRow", "audit_checkpoint", "checkpoint_audit", "toy_audit", "BELOW", "ABOVE", "UNITS",
+           "KINDS"]

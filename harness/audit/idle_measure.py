@@ -48,28 +48,37 @@ class UniformDenoiser(nn.Module):
         super().__init__()
         from prime.subtokens import mask_id, subtoken_base
 
-        self.family = "prime" if ell > 1 else "mdlm"
+        self.subtokens = ell > 1  # MDLM-shaped units for ell = 1
+        self.family = "prime" if self.subtokens else "mdlm"  # as the records name it
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
         self.ell = int(ell)
+        self.units_per_token = self.ell
         self.base = subtoken_base(self.vocab_size, self.ell)
-        self.mask_id = mask_id(self.base) if ell > 1 else self.vocab_size
+        self.unit_base = self.base if self.subtokens else self.vocab_size
+        self.mask_id = mask_id(self.base) if self.subtokens else self.vocab_size
         self.carry_over = True
         self.time_conditioning = False
+        self.may_decode_invalid_codes = False
+        self.samplers = ("ancestral", "first-hitting", "maskgit")
+        self.default_sampler, self.token_by_token_sampler = "ancestral", "first-hitting"
         self.schedule = get_schedule(schedule)
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def encode(self, x0: torch.Tensor) -> torch.Tensor:
-        """(...) token ids -> (..., ell) sub-tokens (Prime only)."""
+    def units(self, x0: torch.Tensor) -> torch.Tensor:
+        """(...) token ids -> (..., ell) sub-tokens (Prime-shaped), or the ids themselves."""
         from prime.subtokens import encode
 
-        return encode(x0, self.base, self.ell)
+        return encode(x0, self.base, self.ell) if self.subtokens else x0
+
+    def protocol(self) -> dict:
+        return {"ell": self.ell, "base": self.base, "carry_over": True} if self.subtokens else {}
 
     def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
-        if self.family == "mdlm":
+        if not self.subtokens:
             return torch.full((*z_t.shape, self.vocab_size), -math.log(self.vocab_size), dtype=torch.float32)
         from prime.subtokens import consistent
 

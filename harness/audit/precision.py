@@ -11,14 +11,12 @@ and reports the mean per-sample unigram entropy (model token ids; nats or bits) 
 error, the mean NFE, idle steps and wall time per sample. Token-by-token samplers (first-hitting
 for the diffusion families, autoregressive for the ARM) are the controls: one unit per draw, so
 the truncation barely matters for them (Zheng et al. Sec. 5.3) and their entropy is a reference
-line. The result is a :class:`PrecisionAudit` of rows, a JSON record and a plot.
+line. The result is a :class:`PrecisionAudit` of rows, a JSON record and a plot;
+:func:`audit_checkpoint` runs it on a checkpoint.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -190,16 +188,6 @@ def precision_audit(
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)
 
 
-def _file_sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: float | None = None,
            cfg=None) -> dict[str, Any]:
     """A ``primebench-record/1`` record (evaluation "precision") with one item per run in ``rows``.
@@ -287,15 +275,37 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
     return path
 
 
-def write_outputs(audit: PrecisionAudit, out_dir: str | Path, *, checkpoint, wall_s: float | None,
-                  cfg=None) -> tuple[Path, Path]:
-    """Write the record (``precision-NAME-HASH.json``, never overwriting another) and the plot with
-    the same stem (``.png``) into ``out_dir``."""
-    from harness.records import write_record
+@dataclass(frozen=True)
+class PrecisionRun:
+    """The audit of one checkpoint and its ``precision`` record."""
 
-    json_path = write_record(record(audit, checkpoint=checkpoint, wall_s=wall_s, cfg=cfg), Path(out_dir))
-    return json_path, plot(audit, json_path.with_suffix(".png"))
+    audit: PrecisionAudit
+    record: dict[str, Any]
 
 
-__all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "plot", "precision_audit",
-           "record", "write_outputs"]
+def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_samples: int, dtypes: Sequence[str],
+                     method: str, sampler: str | None, controls: bool, batch_size: int, seed: int,
+                     entropy_base: str | int, judge: str | None = None, device: str = "cpu",
+                     log: Callable[[str], None] | None = None) -> PrecisionRun:
+    """Load ``checkpoint`` (and the ``judge`` spec, if any), run :func:`precision_audit` on it with the
+    tokenizer's BOS, and make the record (wall time from loading to the last row)."""
+    from harness.evaluation import load_for_evaluation
+
+    began = time.perf_counter()
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
+    the_judge = None
+    if judge:
+        from harness.judges import load_judge
+
+        the_judge = load_judge(judge, device=device)
+    audit = precision_audit(
+        model, steps=steps, num_samples=num_samples, dtypes=dtypes, method=method, sampler=sampler,
+        controls=controls, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
+        bos_id=None if tokenizer is None else tokenizer.bos_id, log=log, judge=the_judge, tokenizer=tokenizer,
+    )
+    wall = time.perf_counter() - began
+    return PrecisionRun(audit, record(audit, checkpoint=checkpoint, wall_s=wall, cfg=cfg))
+
+
+__all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "PrecisionRun", "audit_checkpoint",
+           "plot", "precision_audit", "record"]

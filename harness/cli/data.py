@@ -26,23 +26,9 @@ def info_cmd(corpus, tokenizer, as_json):
     if as_json:
         click.echo(json.dumps(info, default=str))
         return
-    from harness.logging import stdout_console
-    from rich.table import Table
+    from harness.views import render_corpus_info
 
-    table = Table(title=f"{info['spec']}  (sha256 {info['sha256'][:12]})")
-    cols = ["split", "documents", "characters"] + (["tokens", "chars/token"] if tok else [])
-    for col in cols:
-        table.add_column(col, justify="right" if col != "split" else "left")
-    for split, row in info["splits"].items():
-        cells = [split, f"{row['documents']:,}", f"{row['characters']:,}"]
-        if tok:
-            cells += [f"{row['tokens']:,}", f"{row['characters_per_token']:.2f}"]
-        table.add_row(*cells)
-    console = stdout_console()
-    console.print(table)
-    if tok:
-        top = ", ".join(f"{t['text']!r}:{t['count']}" for t in info.get("top_tokens", [])[:8])
-        console.print(f"tokenizer {info['tokenizer']}: vocabulary {info['vocab_size']:,}; most frequent: {top}")
+    render_corpus_info(info)
 
 
 COMMANDS = [data_group]

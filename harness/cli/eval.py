@@ -2,63 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+
+from harness.cli.options import LazyChoice, estimator_choices
 
 
 @click.group("eval")
 def eval_group():
     """Evaluate checkpoints: perplexity and bounds (ppl), Gen PPL with entropy (genppl), zero-shot tasks (zeroshot)."""
-
-
-def emit_record(record: dict, *, out: Path | None, as_json: bool, render) -> None:
-    """Write the record under ``out`` (if given), then print JSON or a human table to stdout."""
-    import os
-
-    from harness.logging import console
-
-    if os.environ.get("RANK", "0") != "0":
-        return  # under torchrun only rank 0 writes and prints
-    if out is not None:
-        from harness.records import write_record
-
-        path = write_record(record, out)
-        console().log(f"record written to {path}")
-    if as_json:
-        click.echo(json.dumps(record, indent=2, default=str))
-    else:
-        render(record)
-
-
-def render_ppl(record: dict) -> None:
-    from harness.logging import stdout_console
-    from rich.table import Table
-
-    p = record["protocol"]
-    table = Table(title=f"{record['model']['name']} ({record['model']['family']}) on {p['data']}")
-    for col in ("metric", "kind", "value", "± stderr", "units"):
-        table.add_column(col)
-    for name, m in record["metrics"].items():
-        mark = "<= " if m["kind"] == "bound" else ""
-        label = "paper objective (not a bound)" if m["kind"] == "paper-objective" else m["kind"]
-        se = "n/a" if m["stderr"] is None else f"{m['stderr']:.4f}"
-        table.add_row(name, label, f"{mark}{m['value']:.4f}", se, m["units"])
-    console = stdout_console()
-    console.print(table)
-    if "height" in p:  # images: one image per row, no packing
-        console.print(
-            f"dimensions scored {p['tokens_scored']:.0f} in {p['rows_scored']} images of "
-            f"{p['height']}x{p['width']}x{p['channels']} ({p['levels']} levels, {p['tokenizer']}); "
-            f"{p['token_convention']}; stderr: {p['stderr_method']}"
-        )
-        return
-    console.print(
-        f"tokens scored {p['tokens_scored']:.0f} in {p['rows_scored']} rows of L={p['seq_len']} "
-        f"({p['tokenizer']}, wrap={p['packing'].get('wrap')}, eos_between_docs={p['packing'].get('eos_between_docs')}); "
-        f"{p['token_convention']}; stderr: {p['stderr_method']}"
-    )
 
 
 @eval_group.command("ppl")
@@ -70,7 +23,7 @@ def render_ppl(record: dict) -> None:
 @click.option("--remainder", type=click.Choice(["drop", "pad"]), default=None, help="Last partial row: drop (MDLM) or pad.")
 @click.option("--mc-samples", "-K", type=int, default=1, show_default=True, help="Monte-Carlo corruptions per sequence (diffusion families).")
 @click.option("--batch-size", type=int, default=16, show_default=True)
-@click.option("--estimator", type=click.Choice(["default", "subtoken", "token_joint", "both"]), default="default", show_default=True, help="Prime: subtoken bound, paper objective, or both side by side.")
+@click.option("--estimator", type=LazyChoice(estimator_choices), default="default", show_default=True, help="default: the family's first estimator; both: every estimator it offers, side by side; or one by name (`primebench models` lists them; Prime: subtoken = valid bound, token_joint = paper objective).")
 @click.option("--time-sampler", type=click.Choice(["t", "n"]), default=None, help="t: MDLM time draw; n: exact mask count [default: the family's].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-rows", type=int, default=None, help="Score only the first N rows (recorded).")
@@ -79,7 +32,9 @@ def render_ppl(record: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_samples, batch_size, estimator, time_sampler, seed, max_rows, device, out, as_json):
     """Perplexity of CHECKPOINT: exact for the ARM, a bound for MDLM/masked/Prime (and Prime's paper objective)."""
+    from harness.cli.emit import emit_record
     from harness.evaluation.ppl import run_ppl
+    from harness.views import render_ppl
 
     if mc_samples < 1:
         raise click.BadParameter("must be >= 1", param_hint="--mc-samples")
@@ -109,7 +64,9 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler, sampler, steps, bootstrap_iters, seed, device, out, as_json):
     """Zero-shot tasks through lm-eval: exact for the ARM, bounds (perplexities) and estimates (accuracies) otherwise."""
-    from harness.lmeval import render_zeroshot, run_zeroshot
+    from harness.cli.emit import emit_record
+    from harness.lmeval import run_zeroshot
+    from harness.views import render_zeroshot
 
     for name, value in (("--mc-samples", mc_samples), ("--batch-size", batch_size)):
         if value < 1:

@@ -1,4 +1,5 @@
-"""``primebench eval fid``: FID (and Inception Score) of an image checkpoint's samples."""
+"""``primebench eval fid``: FID (and Inception Score) of an image checkpoint's samples (logic in
+:mod:`harness.fid.evaluate`, view in :mod:`harness.views.fid`)."""
 
 from __future__ import annotations
 
@@ -6,31 +7,8 @@ from pathlib import Path
 
 import click
 
-from harness.cli.eval import emit_record, eval_group
-
-
-def render_fid(record: dict) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from harness.logging import stdout_console
-
-    p = record["protocol"]
-    s = p.get("sampler") or {}
-    table = Table(title=escape(f"{record['model'].get('name')} ({record['model'].get('family')}): {p['samples']} samples vs "
-                        f"{p['reference']} ({p['reference_size']}), {p['backend']}"))
-    for col in ("metric", "kind", "value", "units"):
-        table.add_column(col)
-    for name, m in record["metrics"].items():
-        table.add_row(escape(name), m["kind"], f"{m['value']:.4f}", escape(m["units"]))
-    console = stdout_console()
-    console.print(table)
-    acc = p.get("feature_extractor_accuracy")
-    note = f"; classifier held-out accuracy {acc:.4f}" if acc is not None else ""
-    console.print(f"features: {p['features']}{note}; sampler {s.get('sampler')} steps={s.get('steps')} "
-                  f"dtype={s.get('dtype')} method={s.get('method')}")
-    if p["features"] != "inception":
-        console.print(f"this is a Frechet distance in {p['features']} features, not Inception FID")
+from harness.cli.emit import emit_record
+from harness.cli.eval import eval_group
 
 
 @eval_group.command("fid")
@@ -54,20 +32,12 @@ def render_fid(record: dict) -> None:
 def fid_cmd(checkpoint, samples, reference, features, backend, batch_size, inception_weights, classifier_seed, sampler,
             steps, dtype, method, seed, paper_protocol, device, out, as_json):
     """FID of CHECKPOINT's samples against a reference set, in a named feature space (IS too for Inception)."""
-    from harness.fid.evaluate import PAPER_PROTOCOL, paper_reference, run_fid
+    from harness.fid.evaluate import run_fid
+    from harness.views import render_fid
 
     for name, value in (("--samples", samples), ("--batch-size", batch_size)):
         if value < (2 if name == "--samples" else 1):
             raise click.BadParameter("too small", param_hint=name)
-    if paper_protocol:
-        reference = paper_reference(reference)
-        samples, features, backend = PAPER_PROTOCOL["samples"], PAPER_PROTOCOL["features"], PAPER_PROTOCOL["backend"]
-    if reference is None:
-        from harness.checkpoint import read_checkpoint_config
-
-        cfg, _ = read_checkpoint_config(Path(checkpoint))
-        corpus = cfg.data.corpus
-        reference = (corpus[len("image:"):] if corpus.startswith("image:") else corpus) + ":train"
     record = run_fid(checkpoint, reference=reference, features=features, backend=backend, samples=samples,
                      batch_size=batch_size, sampler=sampler, steps=steps, dtype=dtype, method=method, seed=seed,
                      inception_weights=inception_weights, classifier_seed=classifier_seed, device=device,

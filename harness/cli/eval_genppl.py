@@ -6,28 +6,8 @@ from pathlib import Path
 
 import click
 
-from harness.cli.eval import emit_record, eval_group
-
-
-def render_genppl(record: dict) -> None:
-    from rich.table import Table
-
-    from harness.logging import stdout_console
-
-    p = record["protocol"]
-    title = (f"{record['model']['name']} ({record['model']['family']}): {p['samples']} samples, {p.get('sampler')} "
-             f"steps={p.get('steps')} dtype={p.get('dtype')} method={p.get('method')} nucleus={p.get('nucleus_p')}")
-    table = Table(title=title)
-    for col in ("metric", "value", "± stderr", "units"):
-        table.add_column(col)
-    for name, m in record["metrics"].items():
-        se = "n/a" if m["stderr"] is None else f"{m['stderr']:.3f}"
-        table.add_row(name, f"{m['value']:.3f}", se, m["units"])
-    console = stdout_console()
-    console.print(table)
-    if p.get("judge"):
-        console.print(f"judge: {p['judge_description']}; retokenised without special tokens, truncated at {p['judge_retokenization']['max_length']} tokens; "
-                      "Gen PPL is an estimate from these samples (± is its sampling error)")
+from harness.cli.emit import emit_record
+from harness.cli.eval import eval_group
 
 
 @eval_group.command("genppl")
@@ -51,6 +31,7 @@ def genppl_cmd(checkpoint, sampler, steps, samples, dtype, method, nucleus_p, te
     """Sample from CHECKPOINT and report Gen PPL under a judge with unigram entropy, NFE and speed."""
     from harness.evaluation.genppl import run_genppl, write_samples
     from harness.logging import console
+    from harness.views import render_genppl
 
     if samples < 1:
         raise click.BadParameter("must be >= 1", param_hint="--samples")

@@ -16,12 +16,15 @@ def models_cmd(as_json):
     rows = []
     for name in family_names():
         cls = MODELS.get(name)
-        rows.append({"family": name, "nll": getattr(cls, "nll_kind", "?"), "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]})
+        rows.append({"family": name, "estimators": {e.name: e.kind for e in cls.estimators},
+                     "default_sampler": cls.default_sampler,
+                     "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]})
     if as_json:
         click.echo(json.dumps(rows))
         return
     for row in rows:
-        click.echo(f"{row['family']:<8} {row['nll']:<6} {row['about']}")
+        estimators = ", ".join(f"{n} ({k})" for n, k in row["estimators"].items())
+        click.echo(f"{row['family']:<8} {estimators:<44} {row['about']}")
 
 
 COMMANDS = [models_cmd]

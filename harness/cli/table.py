@@ -1,11 +1,11 @@
 """``primebench table RECORDS...``: paper-style tables rendered from result records (logic in
-:mod:`harness.tables`)."""
+:mod:`harness.views`)."""
 
 from __future__ import annotations
 
 import click
 
-# Kept here (not imported from harness.tables) so that `primebench --help` imports nothing heavy.
+# Kept here so that `primebench --help` imports no views; tests check them against harness.views.
 _LAYOUTS = ("ppl", "zeroshot", "genppl", "precision", "idle", "fid", "bound")
 _FORMATS = ("rich", "md", "latex", "csv")
 
@@ -27,7 +27,7 @@ def table_cmd(records, layout, fmt, out):
     from pathlib import Path
 
     from harness.errors import PrimebenchError
-    from harness.tables import build_table, load_records, render, to_rich
+    from harness.views import build_table, load_records, render, to_rich
 
     loaded = load_records(records)
     if layout is None:
@@ -38,7 +38,7 @@ def table_cmd(records, layout, fmt, out):
         layout = found[0]
     table = build_table(loaded, layout)
     if out is not None:
-        from harness.checkpoint import atomic_write_text
+        from harness.io import atomic_write_text
         from harness.logging import console
 
         path = Path(out)

@@ -19,6 +19,7 @@ import click
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train_cmd(config, overrides, out, resume, stop_after, device, as_json, quiet):
     """Train CONFIG (a preset such as tiny/arm, or a YAML path) with dotted OVERRIDES (train.steps=200)."""
+    from harness import distributed
     from harness.config import load_config
     from harness.training import train
 
@@ -34,19 +35,13 @@ def train_cmd(config, overrides, out, resume, stop_after, device, as_json, quiet
         "tokens_seen": result.tokens_seen,
         "wall_s": round(result.wall_s, 2),
     }
-    if not _is_main_rank():
+    if not distributed.is_main():
         return
     if as_json:
         click.echo(json.dumps(summary))
     else:
         for key, value in summary.items():
             click.echo(f"{key:>14}: {value}")
-
-
-def _is_main_rank() -> bool:
-    import os
-
-    return os.environ.get("RANK", "0") == "0"
 
 
 COMMANDS = [train_cmd]

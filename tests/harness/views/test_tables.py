@@ -1,4 +1,4 @@
-"""Tests for harness.tables and ``primebench table``: records built in memory, no training. Fast."""
+"""Tests for harness.views (the tables) and ``primebench table``: records built in memory, no training. Fast."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from harness import records as records_module
 from harness.cli import main
 from harness.errors import PrimebenchError
 from harness.records import Metric, make_record, write_record
-from harness.tables import build_table, load_records, render
+from harness.views import build_table, load_records, render
 
 
 @pytest.fixture(autouse=True)
@@ -215,3 +215,28 @@ def test_cli_errors_exit_2(tmp_path):
     bad.write_text(json.dumps({"schema": "other"}))
     res = runner.invoke(main, ["table", str(bad)])
     assert res.exit_code == 2 and "not a primebench record" in res.output
+
+
+def test_family_column_and_order_come_from_the_record():
+    # the record's model block names the family (label) and ranks it (order); tables compare no family names
+    recs = [_ppl("a", "prime", nll=3.4), _ppl("b", "arm", nll=3.2, se=0.0, kind="exact"), _ppl("c", "newfam")]
+    recs[0]["model"].update(label="prime, ell=2", order=3)
+    recs[1]["model"].update(label="arm", order=0)
+    recs[2]["model"].update(label="a new family (K=7)", order=1)
+    table = build_table(recs, "ppl")
+    assert [(r[0].text, r[1].text) for r in table.rows] == [("b", "arm"), ("c", "a new family (K=7)"),
+                                                           ("a", "prime, ell=2")]
+    gen = [make_record("genppl", model={"name": n, "family": f, "label": f"{f}!", "order": o}, seed=0,
+                       metrics={"gen_ppl": Metric(40.0, 2.0, "estimate", "perplexity under judge")},
+                       protocol={"sampler": "ancestral", "steps": 64}) for n, f, o in (("z", "mdlm", 0), ("y", "arm", 1))]
+    assert [(r[0].text, r[1].text) for r in build_table(gen, "genppl").rows] == [("z", "mdlm!"), ("y", "arm!")]
+
+
+def test_records_without_label_show_the_bare_family_after_ranked_rows():
+    old = _ppl("aa", "prime", nll=3.4)  # written before records carried label/order: no ell formatting here
+    new = _ppl("zz", "mdlm")
+    new["model"].update(label="mdlm", order=1)
+    table = build_table([old, new], "ppl")
+    assert [(r[0].text, r[1].text) for r in table.rows] == [("zz", "mdlm"), ("aa", "prime")]
+    zs = build_table([old, new], "zeroshot")
+    assert [r[1].text for r in zs.rows] == ["mdlm", "prime"]

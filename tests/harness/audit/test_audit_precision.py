@@ -127,7 +127,7 @@ def test_cli_precision_table_json_and_plot(trained, tmp_path):
         ("first-hitting (control)", None, "float64")]
     assert rec["model"]["checkpoint_sha256"] and rec["protocol"]["steps"] == [4, 16]
     assert json_path.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from harness.tables import build_table, load_records, render
+    from harness.views import build_table, load_records, render
 
     assert "float32" in render(build_table(load_records([out]), "precision"), "md")
 

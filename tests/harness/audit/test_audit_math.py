@@ -67,7 +67,7 @@ def test_expected_nfe_convention():
     nfe = expected_nfe(1024, T, 1)
     assert nfe == pytest.approx(T * (1 - isr) + float(idle[-1]), rel=1e-12)
     assert nfe == pytest.approx(647.84, abs=0.01)
-    # Zheng App. E's T(1 - ISR) (the papers.md E-NFE row) is within one call
+    # Zheng App. E's T(1 - ISR) (their E-NFE column) is within one call
     for steps, paper in [(256, 251), (512, 443), (1024, 648), (2048, 806), (4096, 906)]:
         assert abs(steps * (1 - idle_step_ratio(1024, steps, 1)) - paper) < 1
         assert 0 <= expected_nfe(1024, steps, 1) - steps * (1 - idle_step_ratio(1024, steps, 1)) < 1

@@ -52,7 +52,7 @@ def test_toy_json_record():
         assert set(m) == {"exact_nll", "subtoken_bound", "token_joint"} and "case" in row["protocol"]
         assert m["subtoken_bound"] >= m["exact_nll"] - 1e-9
         assert row["verdict"] == (BELOW if m["token_joint"] < m["exact_nll"] else ABOVE)
-    from harness.tables import build_table, render
+    from harness.views import build_table, render
 
     assert "0.8342" in render(build_table([rec], "bound"), "md")
 

@@ -1,0 +1,37 @@
+"""The one way a command hands back its record: written under ``--out``, then JSON or a view on stdout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+
+def emit_record(record: dict, *, out: Path | None, as_json: bool, render: Callable[[dict], None],
+                indent: int | None = 2) -> Path | None:
+    """Write ``record`` into the folder ``out`` (if given), then print it as JSON (``as_json``, with
+    ``indent``) or through ``render``. Returns the written file, or None.
+
+    Under torchrun only rank 0 writes and prints, so a record appears once whatever the world size.
+    """
+    from harness import distributed
+    from harness.logging import console
+
+    if not distributed.is_main():
+        return None
+    path = None
+    if out is not None:
+        from harness.records import write_record
+
+        path = write_record(record, out)
+        console().log(f"record written to {path}")
+    if as_json:
+        import click
+
+        click.echo(json.dumps(record, indent=indent, default=str))
+    else:
+        render(record)
+    return path
+
+
+__all__ = ["emit_record"]

@@ -1,0 +1,112 @@
+"""Perplexity: the paper table of ``ppl`` records (one row per model) and the one-record view that
+``primebench eval ppl`` prints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.views.entries import TITLES, Layout, entries, extra_metrics, metric_cell, sort_key, unique_labels
+from harness.views.footnotes import apply_flags, count_note, differences, family_info, legend, shared_title, units_note
+from harness.views.table import Cell, Column, Table
+
+# PPL records: the packing statistics follow from the data and the packing settings.
+PPL_IGNORED = frozenset({"rows_scored", "tokens_scored"} | {f"packing.{k}" for k in (
+    "corpus", "split", "tokenizer", "seq_len", "documents", "document_tokens", "tokens_in", "tokens_dropped",
+    "truncated_docs", "padded_rows", "rows", "tokens_out")})
+_PPL_METRICS = ("nll", "ppl", "nll_token_joint", "ppl_token_joint")
+
+
+def _protocol_summary(p: dict[str, Any], *, with_data: bool = True) -> str:
+    """One cell: data, L, tokenizer, packing, K and rows, e.g. ``L=128, bpe:1000, wrap, eos, drop, K=1``."""
+    parts = [str(p.get("data") or p.get("dataset") or "?")] if with_data else []
+    if p.get("seq_len") is not None:
+        parts.append(f"L={p['seq_len']}")
+    if p.get("tokenizer") is not None:
+        parts.append(str(p["tokenizer"]))
+    if p.get("packing.wrap") is not None:
+        parts.append("wrap" if p["packing.wrap"] else "no-wrap")
+    if p.get("packing.eos_between_docs") is not None:
+        parts.append("eos" if p["packing.eos_between_docs"] else "no-eos")
+    if p.get("packing.remainder") is not None:
+        parts.append(str(p["packing.remainder"]))
+    if p.get("mc_samples") is not None:
+        parts.append(f"K={p['mc_samples']}")
+    if p.get("max_rows") is not None:
+        parts.append(f"{p.get('rows_scored', p['max_rows'])} rows")
+    return ", ".join(parts)
+
+
+def ppl_table(records, spec: Layout) -> Table:
+    """One row per model: PPL and NLL with their kind, the paper objective when any record has it,
+    unknown metrics, tokens scored and a protocol summary."""
+    items = sorted(entries(records), key=sort_key)
+    unique_labels(items)
+    paper = any(k in e.metrics for e in items for k in ("ppl_token_joint", "nll_token_joint"))
+    extra = extra_metrics(items, _PPL_METRICS)
+    columns = [Column("model", "model", False), Column("family", "family", False),
+               Column("ppl", "PPL"), Column("nll", "NLL (nats/token)"), Column("kind", "kind", False)]
+    if paper:
+        columns += [Column("ppl_token_joint", "PPL, paper objective", mark="paper-objective"),
+                    Column("nll_token_joint", "NLL, paper objective", mark="paper-objective")]
+    columns += [Column(n, TITLES.get(n, n)) for n in extra]
+    columns += [Column("tokens_scored", "tokens scored"), Column("protocol", "protocol", False)]
+    shared_data = len({json.dumps(e.protocol.get("data"), default=str) for e in items}) == 1
+    rows, targets = [], []
+    for e in items:
+        cells = [Cell(text=e.label), Cell(text=e.family_label), metric_cell(e.metrics.get("ppl"), "ppl"),
+                 metric_cell(e.metrics.get("nll"), "nll"),
+                 Cell(text=str((e.metrics.get("ppl") or e.metrics.get("nll") or {}).get("kind", "-")))]
+        if paper:
+            cells += [metric_cell(e.metrics.get(n), n) for n in ("ppl_token_joint", "nll_token_joint")]
+        cells += [metric_cell(e.metrics.get(n), n) for n in extra]
+        tokens = e.protocol.get("tokens_scored")
+        cells += [Cell() if tokens is None else Cell(value=float(tokens), kind="exact", stderr=0.0, decimals=0),
+                  Cell(text=_protocol_summary(e.protocol, with_data=not shared_data))]
+        rows.append(cells)
+        targets.append([(0, "", e.label)])
+    diff_notes, flags = differences([("", items)], PPL_IGNORED, ())
+    apply_flags(rows, targets, flags)
+    notes = legend(rows) + diff_notes + family_info(items)
+    units = units_note(items, [n for n in ("ppl", "nll", *extra) if any(n in e.metrics for e in items)])
+    notes += [units] if units else []
+    notes.append(count_note(len(records), {str(r.get("evaluation")) for r in records}))
+    title = shared_title(spec.title, items, ("data",))
+    return Table("ppl", title, tuple(columns), tuple(tuple(r) for r in rows), tuple(notes), len(records))
+
+
+LAYOUT = Layout("ppl", ("ppl",), "Perplexity", build=ppl_table)
+
+
+def render_ppl(record: dict) -> None:
+    """One ``ppl`` record on stdout: each metric with its kind (bounds marked <=), then the scoring protocol."""
+    from rich.table import Table as RichTable
+
+    from harness.logging import stdout_console
+
+    p = record["protocol"]
+    table = RichTable(title=f"{record['model']['name']} ({record['model']['family']}) on {p['data']}")
+    for col in ("metric", "kind", "value", "± stderr", "units"):
+        table.add_column(col)
+    for name, m in record["metrics"].items():
+        mark = "<= " if m["kind"] == "bound" else ""
+        label = "paper objective (not a bound)" if m["kind"] == "paper-objective" else m["kind"]
+        se = "n/a" if m["stderr"] is None else f"{m['stderr']:.4f}"
+        table.add_row(name, label, f"{mark}{m['value']:.4f}", se, m["units"])
+    console = stdout_console()
+    console.print(table)
+    if "height" in p:  # images: one image per row, no packing
+        console.print(
+            f"dimensions scored {p['tokens_scored']:.0f} in {p['rows_scored']} images of "
+            f"{p['height']}x{p['width']}x{p['channels']} ({p['levels']} levels, {p['tokenizer']}); "
+            f"{p['token_convention']}; stderr: {p['stderr_method']}"
+        )
+        return
+    console.print(
+        f"tokens scored {p['tokens_scored']:.0f} in {p['rows_scored']} rows of L={p['seq_len']} "
+        f"({p['tokenizer']}, wrap={p['packing'].get('wrap')}, eos_between_docs={p['packing'].get('eos_between_docs')}); "
+        f"{p['token_convention']}; stderr: {p['stderr_method']}"
+    )
+
+
+__all__ = ["LAYOUT", "PPL_IGNORED", "ppl_table", "render_ppl"]
