@@ -24,20 +24,39 @@ class DistInfo:
         return self.rank == 0
 
 
+def rank() -> int:
+    """This process's rank (torchrun's ``RANK``); 0 without torchrun."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def local_rank() -> int:
+    """This process's rank on its machine (torchrun's ``LOCAL_RANK``); 0 without torchrun."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def world_size() -> int:
+    """The number of processes (torchrun's ``WORLD_SIZE``); 1 without torchrun."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main() -> bool:
+    """Whether this is rank 0, the process that writes records and prints."""
+    return rank() == 0
+
+
 def setup(device: str | None = None) -> DistInfo:
     """Initialise the process group when launched by torchrun (idempotent)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    world = world_size()
     want_cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if want_cuda else "gloo")
     if want_cuda:
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+        local = local_rank()
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
     else:
         dev = torch.device("cpu")
-    return DistInfo(rank=rank, world=world, device=dev)
+    return DistInfo(rank=rank(), world=world, device=dev)
 
 
 def barrier() -> None:
@@ -50,8 +69,3 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
-
-
-def teardown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""Data: text corpora, tokenizers, packing into rows, and images as pixel tokens.
+"""Data: text corpora, tokenizers, packing into rows, ``--data`` specs, and images as pixel tokens.
 
 Everything runs offline by default (corpora and tokenizer files ship inside installed packages);
 ``hf:`` specs are the only ones that need the network.
@@ -19,6 +19,8 @@ _EXPORTS = {
     "corpus_info": "corpora",
     "get_corpus": "corpora",
     "parse_corpus_split": "corpora",
+    "ResolvedDataset": "datasets",
+    "resolve_dataset": "datasets",
     "TOKENIZER_KINDS": "tokenizers",
     "Tokenizer": "tokenizers",
     "get_tokenizer": "tokenizers",
@@ -28,8 +30,11 @@ _EXPORTS = {
     "pack": "packing",
     "tokenize_corpus": "packing",
     "IMAGE_DATASETS": "images",
+    "ImageSpec": "images",
     "ImageTokens": "images",
     "get_image_dataset": "images",
+    "is_image_spec": "images",
+    "parse_image_spec": "images",
     "to_images": "images",
 }
 
@@ -44,7 +49,16 @@ if TYPE_CHECKING:
         get_corpus,
         parse_corpus_split,
     )
-    from harness.data.images import IMAGE_DATASETS, ImageTokens, get_image_dataset, to_images
+    from harness.data.datasets import ResolvedDataset, resolve_dataset
+    from harness.data.images import (
+        IMAGE_DATASETS,
+        ImageSpec,
+        ImageTokens,
+        get_image_dataset,
+        is_image_spec,
+        parse_image_spec,
+        to_images,
+    )
     from harness.data.packing import Packed, get_packed, pack, tokenize_corpus
     from harness.data.tokenizers import TOKENIZER_KINDS, Tokenizer, get_tokenizer, load_tokenizer
 

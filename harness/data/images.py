@@ -1,7 +1,10 @@
 """Images as sequences of discrete pixel tokens.
 
-``get_image_dataset("NAME[:SPLIT]")`` returns :class:`ImageTokens`; the split defaults to
-``train``. Each image is one row of ``H * W * channels`` tokens in raster order with the channel
+An image dataset is named by a spec ``[image:]NAME[:ARG][:SPLIT]`` (``image:digits``,
+``digits:test``, ``image:cifar10:PATH:train``); the ``image:`` prefix marks an image corpus in a
+config or ``--data``. :func:`parse_image_spec` is the one parser of these specs and returns an
+:class:`ImageSpec`; ``get_image_dataset(spec)`` returns :class:`ImageTokens`, the split defaulting
+to ``train``. Each image is one row of ``H * W * channels`` tokens in raster order with the channel
 fastest: position ``(row * W + col) * channels + channel``. A token is a pixel intensity in
 ``0 .. levels-1`` (``levels`` = C, the number of classes a model predicts; a diffusion model
 appends its mask id ``levels``).
@@ -40,6 +43,62 @@ from harness.errors import DataError
 from harness.registry import Registry
 
 IMAGE_SPLITS = ("train", "test", "all")
+IMAGE_PREFIX = "image:"
+_SPLIT_AT_END = re.compile(r"(.+):(" + "|".join(IMAGE_SPLITS) + r")")
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """A parsed ``[image:]NAME[:ARG][:SPLIT]``: ``split`` is None when the spec names none.
+
+    ``str(spec)`` is the corpus form ``image:NAME[:ARG][:SPLIT]`` and ``spec.spec`` the dataset
+    form ``NAME[:ARG][:SPLIT]``; :func:`parse_image_spec` reads both back to an equal value.
+    """
+
+    name: str
+    arg: str = ""
+    split: str | None = None
+
+    @property
+    def dataset(self) -> str:
+        """``NAME[:ARG]``: the dataset without a split."""
+        return f"{self.name}:{self.arg}" if self.arg else self.name
+
+    @property
+    def spec(self) -> str:
+        """``NAME[:ARG][:SPLIT]``, what :func:`get_image_dataset` takes."""
+        return self.dataset if self.split is None else f"{self.dataset}:{self.split}"
+
+    def with_split(self, split: str) -> "ImageSpec":
+        """The same dataset with ``split`` (replacing any split of its own)."""
+        return ImageSpec(self.name, self.arg, split)
+
+    def with_default_split(self, split: str) -> "ImageSpec":
+        """The same spec, with ``split`` if it names none."""
+        return self if self.split is not None else self.with_split(split)
+
+    def __str__(self) -> str:
+        return IMAGE_PREFIX + self.spec
+
+
+def is_image_spec(spec: str) -> bool:
+    """Whether a corpus or ``--data`` spec names an image dataset (starts with ``image:``)."""
+    return spec.startswith(IMAGE_PREFIX)
+
+
+def parse_image_spec(spec: str) -> ImageSpec:
+    """Parse ``[image:]NAME[:ARG][:SPLIT]``: a trailing ``:train``, ``:test`` or ``:all`` is the
+    split (so ``ARG``, a folder for ``cifar10``, may hold ``:``). An unknown ``NAME`` is an error
+    with did-you-mean; ``ARG`` is checked by the dataset when it is loaded."""
+    body = spec[len(IMAGE_PREFIX):] if is_image_spec(spec) else spec
+    match = _SPLIT_AT_END.fullmatch(body)
+    base, split = (match.group(1), match.group(2)) if match else (body, None)
+    name, _, arg = base.partition(":")
+    if not name:
+        raise DataError(f"image dataset spec {spec!r} names no dataset",
+                        fix=f"use image:NAME[:SPLIT] with NAME one of {', '.join(IMAGE_DATASETS.names())}")
+    IMAGE_DATASETS.get(name)  # an unknown name: did-you-mean
+    return ImageSpec(name, arg, split)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,12 +130,10 @@ class ImageTokens:
 IMAGE_DATASETS: Registry[Callable[[str, str], ImageTokens]] = Registry("image dataset")
 
 
-def get_image_dataset(spec: str) -> ImageTokens:
-    """Load ``NAME[:ARG][:SPLIT]`` (see the module docstring); the split defaults to ``train``."""
-    match = re.fullmatch(r"(.+):(" + "|".join(IMAGE_SPLITS) + r")", spec)
-    base, split = (match.group(1), match.group(2)) if match else (spec, "train")
-    name, _, arg = base.partition(":")
-    return IMAGE_DATASETS.get(name)(arg, split)
+def get_image_dataset(spec: str | ImageSpec) -> ImageTokens:
+    """Load ``[image:]NAME[:ARG][:SPLIT]`` (see the module docstring); the split defaults to ``train``."""
+    parsed = spec if isinstance(spec, ImageSpec) else parse_image_spec(spec)
+    return IMAGE_DATASETS.get(parsed.name)(parsed.arg, parsed.split or "train")
 
 
 def _build(name: str, split: str, pixels: np.ndarray, labels: np.ndarray, *,

@@ -1,6 +1,6 @@
 """Turn tokenized documents into fixed-length rows, with the packing protocol recorded.
 
-Two layouts (MDLM-code ``get_dataset``, reference/papers.md section 4):
+Two layouts (as in MDLM's ``get_dataset``):
 
 * ``wrap=True`` (MDLM wrapping). Documents are concatenated in order, each followed by EOS when
   ``eos_between_docs`` (MDLM/Prime code: True; DUO/BD3 zero-shot practice: False). The stream is

@@ -1,8 +1,8 @@
-"""Zero-shot evaluation sets of the MDLM line of work, and plain corpora, behind one spec.
+"""Zero-shot evaluation sets of the MDLM line of work: where each is loaded from and how its text
+is normalised.
 
-:func:`resolve_dataset` turns a ``--data`` spec into a :class:`ZeroShotDataset`: a corpus whose
-documents are already detokenized, the split to pack, and the packing convention the preset
-implies. Spec forms:
+:func:`harness.data.datasets.resolve_dataset` turns a ``--data`` spec into a dataset; the preset
+forms it accepts are loaded here:
 
 ``PRESET``
     One of :data:`ZEROSHOT_PRESETS` (``lambada``, ``wikitext2``, ``wikitext103``, ``ptb``,
@@ -21,10 +21,6 @@ implies. Spec forms:
     as a document; LAMBADA is OpenAI's ``lambada_test.jsonl`` as it is. The ``.txt`` reader
     strips each document, which changes how a document-final `` . `` is detokenized (the
     WikiText rules need the space after it), so ``.jsonl`` is the faithful form.
-``wiki-embedded[:SPLIT]``, ``text:PATH[:SPLIT]``, ``hf:NAME[:CONFIG]:SPLIT[#FIELD]``
-    Plain corpora (see :mod:`harness.data.corpora`), passed through unchanged: no detokenizer,
-    and no packing convention of their own (``eos_between_docs`` is ``None``, so the caller uses
-    the checkpoint's data config).
 
 EOS between documents. MDLM's and MDM-Prime's code append EOS after every document (sentence,
 for PTB and LM1B) before wrapping into 1024-token rows of ``[BOS] chunk [EOS]``, so every preset
@@ -44,20 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.corpora import (
-    CORPUS_KINDS,
-    Corpus,
-    get_corpus,
-    make_corpus,
-    parse_corpus_split,
-)
+from harness.data.corpora import Corpus, get_corpus, make_corpus, parse_corpus_split
 from harness.data.detokenizers import DETOKENIZERS, get_detokenizer
-from harness.errors import DataError, OfflineError, PrimebenchError
+from harness.errors import DataError, OfflineError
 from harness.registry import Registry
 
-SPEC_FORMS = (
-    "PRESET, PRESET@PATH, wiki-embedded[:SPLIT], text:PATH[:SPLIT], hf:NAME[:CONFIG]:SPLIT[#FIELD]"
-)
 LOCAL_SPLIT = "all"
 
 
@@ -86,23 +73,6 @@ class ZeroShotPreset:
 
     def local_form(self) -> str:
         return f"{self.name}@PATH"
-
-
-@dataclass(frozen=True)
-class ZeroShotDataset:
-    """A resolved ``--data`` spec.
-
-    ``corpus`` holds detokenized documents; pack ``split`` of it. ``name`` is the preset name
-    (or the corpus name for plain specs), ``detokenizer`` the name of what was applied
-    (``"none"`` for plain corpora). ``eos_between_docs`` is the preset's default packing
-    convention, or ``None`` for plain corpora (use the checkpoint's data config).
-    """
-
-    name: str
-    corpus: Corpus
-    split: str
-    detokenizer: str
-    eos_between_docs: bool | None
 
 
 _PRESETS = (
@@ -194,70 +164,12 @@ def list_presets() -> list[ZeroShotPreset]:
     return list(_PRESETS)
 
 
-def resolve_dataset(spec: str, default_split: str) -> ZeroShotDataset:
-    """Resolve a ``--data`` spec (see the module docstring for the forms).
-
-    ``default_split`` is used only by plain corpus specs that name no split.
-    """
-    if not spec:
-        raise DataError("empty dataset spec", fix=f"use one of the forms: {SPEC_FORMS}")
-    kind = spec.partition(":")[0]
-    if kind in CORPUS_KINDS:
-        base, split = parse_corpus_split(spec, default_split)
-        corpus = get_corpus(base)
-        return ZeroShotDataset(
-            name=corpus.name, corpus=corpus, split=split, detokenizer="none", eos_between_docs=None
-        )
-    name, at, path = spec.partition("@")
-    preset = _lookup_preset(name)
-    if at:
-        corpus = _load_local(preset, path)
-        split = LOCAL_SPLIT
-    else:
-        corpus = _load_online(preset)
-        split = preset.split
-    return ZeroShotDataset(
-        name=preset.name,
-        corpus=corpus,
-        split=split,
-        detokenizer=preset.detokenizer,
-        eos_between_docs=preset.eos_between_docs,
-    )
-
-
-def _lookup_preset(name: str) -> ZeroShotPreset:
-    """The preset ``name``; a typo gets did-you-mean against presets and corpus kinds."""
-    key, colon, _ = name.partition(":")
-    if key in ZEROSHOT_PRESETS:
-        if colon:
-            preset = ZEROSHOT_PRESETS.get(key)
-            raise DataError(
-                f"zero-shot preset {key!r} has a fixed split ({preset.split!r}); got {name!r}",
-                fix=f"use {key!r} (or {key}@PATH for a local copy, which uses every document)",
-            )
-        return ZEROSHOT_PRESETS.get(key)
-    if key in CORPUS_KINDS:  # e.g. "text@file.txt": the '@' form is for presets only
-        raise DataError(
-            f"dataset spec '{name}@...' puts '@' after the corpus kind {key!r}; "
-            "'PRESET@PATH' is for zero-shot presets",
-            fix=f"write {key}:... for a plain corpus; spec forms: {SPEC_FORMS}",
-        )
-    known: Registry[str] = Registry("zero-shot preset or corpus kind")
-    for known_name in [*ZEROSHOT_PRESETS.names(), *CORPUS_KINDS.names()]:
-        known.register(known_name, known_name)
-    try:
-        known.get(key)
-    except PrimebenchError as exc:
-        raise PrimebenchError(exc.problem, fix=f"{exc.fix}; spec forms: {SPEC_FORMS}") from None
-    raise AssertionError("unreachable: key is neither a preset nor a corpus kind")
-
-
 def _detokenized(preset: ZeroShotPreset, docs: list[str]) -> list[str]:
     detokenize = get_detokenizer(preset.detokenizer)
     return [detokenize(doc) for doc in docs]
 
 
-def _load_local(preset: ZeroShotPreset, path: str) -> Corpus:
+def load_local(preset: ZeroShotPreset, path: str) -> Corpus:
     """``PRESET@PATH``: every document of a local ``.txt``/``.jsonl`` copy, detokenized."""
     usage = (
         f"{preset.name}@/path/to/file.txt (documents separated by blank lines) or .jsonl "
@@ -287,7 +199,7 @@ def _load_local(preset: ZeroShotPreset, path: str) -> Corpus:
     )
 
 
-def _load_online(preset: ZeroShotPreset) -> Corpus:
+def load_online(preset: ZeroShotPreset) -> Corpus:
     """``PRESET``: the Hugging Face split MDLM uses, detokenized."""
     local = (
         f"save the {preset.field!r} column of {preset.hf_name}"

@@ -4,11 +4,12 @@ in :mod:`harness.lmeval` and :mod:`harness.fid`)."""
 from __future__ import annotations
 
 
-def load_for_evaluation(checkpoint, device: str = "cpu"):
+def load_for_evaluation(checkpoint, device: str = "cpu", *, corpus=None):
     """Join torchrun's process group when launched by it, then load the checkpoint on this rank's device.
 
     Returns ``(info, model, tokenizer, cfg)``; a checkpoint without a tokenizer folder gets the
-    tokenizer its config names.
+    tokenizer its config names (``corpus``: the text a ``bpe:V`` tokenizer is trained on, if needed).
+    Every evaluation and audit loads its checkpoint here.
     """
     from harness import distributed, load
 
@@ -18,5 +19,5 @@ def load_for_evaluation(checkpoint, device: str = "cpu"):
     if tokenizer is None:
         from harness.data import get_tokenizer
 
-        tokenizer = get_tokenizer(cfg.data.tokenizer)
+        tokenizer = get_tokenizer(cfg.data.tokenizer, corpus=corpus)
     return info, model, tokenizer, cfg

@@ -201,7 +201,7 @@ def run_genppl(
 
 
 def write_samples(rows: list[dict], path: Path) -> Path:
-    from harness.checkpoint import atomic_write_text
+    from harness.io import atomic_write_text
 
     atomic_write_text(Path(path), "".join(json.dumps(r) + "\n" for r in rows))
     return Path(path)

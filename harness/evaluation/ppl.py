@@ -8,106 +8,10 @@ Its standard error combines the per-sequence Monte-Carlo standard errors (zero w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(frozen=True)
-class PerplexityResult:
-    """Token-weighted NLL over a dataset. ``nll`` in nats per token; ``kind`` as in :class:`harness.results.NLL`.
-
-    ``stderr_method``: "exact" (no Monte-Carlo error), "per-sequence" (from the K > 1 samples of
-    each sequence) or "between-sequence" (K = 1: the spread of the per-sequence estimates, which
-    also contains the variation between sequences and so overstates the Monte-Carlo error).
-    """
-
-    nll: float
-    stderr: float
-    tokens: float
-    sequences: int
-    kind: str
-    num_samples: int
-    stderr_method: str = "exact"
-
-    @property
-    def ppl(self) -> float:
-        return math.exp(self.nll)
-
-    @property
-    def bits_per_token(self) -> float:
-        return self.nll / math.log(2)
-
-
-class NLLAccumulator:
-    """update/compute/reset with float64 state; batch size does not change the result."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.nats = torch.zeros((), dtype=torch.float64)
-        self.var = torch.zeros((), dtype=torch.float64)
-        self.tokens = torch.zeros((), dtype=torch.float64)
-        self.sequences = 0
-        self.sum_x = torch.zeros((), dtype=torch.float64)
-        self.sum_x2 = torch.zeros((), dtype=torch.float64)
-        self.per_sequence_se = True
-        self.kind: str | None = None
-        self.num_samples = 1
-
-    def update(self, result) -> None:
-        if self.kind is not None and result.kind != self.kind:
-            raise ValueError(f"cannot accumulate {result.kind!r} with {self.kind!r}")
-        self.kind = result.kind
-        self.num_samples = result.num_samples
-        self.nats += result.nats.detach().double().sum().cpu()
-        se = result.stderr.detach().double().cpu()
-        if torch.isnan(se).any():
-            self.per_sequence_se = False
-        else:
-            self.var += (se**2).sum()
-        x = result.nats.detach().double().cpu()
-        self.sum_x += x.sum()
-        self.sum_x2 += (x**2).sum()
-        self.tokens += torch.as_tensor(result.tokens).double().sum().cpu()
-        self.sequences += int(result.nats.numel())
-
-    def compute(self) -> PerplexityResult:
-        if self.tokens <= 0:
-            raise ValueError("no tokens were scored")
-        if self.kind == "exact":
-            stderr, method = 0.0, "exact"
-        elif self.per_sequence_se:
-            stderr, method = float(self.var.sqrt() / self.tokens), "per-sequence"
-        else:
-            n = self.sequences
-            var = (self.sum_x2 - self.sum_x**2 / n) / max(n - 1, 1)
-            stderr, method = float((n * var.clamp_min(0)).sqrt() / self.tokens), "between-sequence"
-        return PerplexityResult(
-            nll=float(self.nats / self.tokens),
-            stderr=stderr,
-            stderr_method=method,
-            tokens=float(self.tokens),
-            sequences=self.sequences,
-            kind=self.kind or "exact",
-            num_samples=self.num_samples,
-        )
-
-
-    def all_reduce(self) -> None:
-        """Sum the state over torch.distributed ranks (once, before ``compute``)."""
-        from harness import distributed
-
-        state = torch.stack(
-            [self.nats, self.var, self.tokens, torch.tensor(float(self.sequences), dtype=torch.float64), self.sum_x, self.sum_x2,
-             torch.tensor(0.0 if self.per_sequence_se else 1.0, dtype=torch.float64)]
-        )
-        distributed.all_reduce_sum(state)
-        self.nats, self.var, self.tokens = state[0], state[1], state[2]
-        self.sequences = int(state[3])
-        self.sum_x, self.sum_x2 = state[4], state[5]
-        self.per_sequence_se = bool(state[6] == 0)
+from harness.metrics.nll import NLLAccumulator, PerplexityResult
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -154,52 +58,55 @@ def evaluate_nll(
     return acc.compute()
 
 
-TOKEN_CONVENTION = {
-    "arm": "exact NLL of the L-1 shifted targets of each row (the first token is given), as MDLM's AR baseline",
-    "diffusion": "all L positions of each row are scored, BOS/EOS included, as MDLM's NELBO",
-}
+def estimator_plan(model, estimator: str):
+    """The family's estimators that ``--estimator`` asks for: default (the first), both (all), or one by name."""
+    from harness.models import families_offering
 
-ESTIMATORS = {
-    "arm": ("exact",),
-    "mdlm": ("bound",),
-    "masked": ("bound",),
-    "prime": ("subtoken", "token_joint"),
-}
-
-
-def _estimator_plan(family: str, estimator: str) -> list[tuple[str, dict, str]]:
-    """[(metric suffix, nll kwargs, label)] for the family and the requested estimator."""
-    if family != "prime":
-        if estimator not in ("default", "both", "subtoken"):
-            raise ValueError(f"--estimator {estimator!r} only applies to prime checkpoints; this is {family!r}")
-        return [("", {}, "exact" if family == "arm" else "bound")]
-    if estimator in ("default", "subtoken"):
-        return [("", {"estimator": "subtoken"}, "bound")]
-    if estimator == "token_joint":
-        return [("_token_joint", {"estimator": "token_joint"}, "paper-objective")]
+    if estimator == "default":
+        return [model.estimators[0]]
     if estimator == "both":
-        return [("", {"estimator": "subtoken"}, "bound"), ("_token_joint", {"estimator": "token_joint"}, "paper-objective")]
-    raise ValueError(f"unknown estimator {estimator!r}: use subtoken, token_joint or both")
+        return list(model.estimators)
+    if any(e.name == estimator for e in model.estimators):
+        return [model.estimator(estimator)]
+    offering = families_offering(estimator)
+    if offering:
+        raise ValueError(f"--estimator {estimator!r} only applies to {', '.join(offering)} checkpoints; this is {model.family!r}")
+    raise ValueError(f"unknown estimator {estimator!r}: use default, both, or one of {[e.name for e in model.estimators]}")
 
 
-def _run_plan(model, ids, mask, plan, *, sampler: str, batch_size: int, mc_samples: int, seed: int, info) -> dict:
-    """{metric suffix: PerplexityResult} for each (suffix, nll kwargs, label) of ``plan``."""
-    results = {}
-    for suffix, kwargs, _label in plan:
-        kw = dict(kwargs)
-        if model.family != "arm":
-            kw["time_sampler"] = sampler
-        results[suffix] = evaluate_nll(
-            model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed, nll_kwargs=kw,
-            rank=info.rank, world=info.world,
-        )
-    return results
+def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, batch_size: int, mc_samples: int,
+               seed: int, info, units: tuple[str, str], exp_name: str) -> tuple[dict, dict]:
+    """Score every row with each planned estimator: (metrics, protocol fields shared by text and images).
 
+    ``units``: the (nll, per-unit) names, e.g. ("nats/token", "perplexity"); ``exp_name`` names the
+    second metric (``ppl``, or ``bpd`` for images, which is nats / ln 2 rather than exp).
+    """
+    from harness.diffusion import TIME_SAMPLERS
+    from harness.records import Metric
 
-TIME_SAMPLERS = {
-    "t": "one t per sequence in [1e-3, 1], stratified over the batch (K=1) or over K samples; weight -alpha'/(1-alpha)",
-    "n": "exact mask count n = ceil(N u), stratified; weight N/n (unbiased for a time-independent network)",
-}
+    plan = estimator_plan(model, estimator)
+    sampler = (time_sampler or model.default_time_sampler) if model.uses_time_sampler else None
+    metrics: dict[str, Metric] = {}
+    first = None
+    for est in plan:
+        res = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
+                           nll_kwargs={"estimator": est.name, "time_sampler": sampler}, rank=info.rank, world=info.world)
+        first = first or res
+        metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
+        if exp_name == "bpd":
+            metrics[f"bpd{est.suffix}"] = Metric(res.bits_per_token, res.stderr / math.log(2), res.kind, units[1])
+        else:
+            metrics[f"ppl{est.suffix}"] = Metric(res.ppl, res.ppl * res.stderr, res.kind, units[1])
+    protocol = {
+        "tokens_scored": first.tokens,
+        "batch_size": batch_size,
+        "world_size": info.world,
+        "mc_samples": mc_samples if model.uses_time_sampler else None,
+        "time_sampler": None if sampler is None else TIME_SAMPLERS[sampler] + f" [{sampler}]",
+        "stderr_method": first.stderr_method,
+        "schedule": model.hparams.get("schedule"),
+    }
+    return metrics, protocol, {est.suffix or "nll": est.kind for est in plan}
 
 
 def _image_spec(data: str | None, cfg) -> str | None:
@@ -221,8 +128,8 @@ def _image_spec(data: str | None, cfg) -> str | None:
     return spec
 
 
-def run_image_bpd(model, tokenizer, cfg, spec: str, *, plan, sampler: str, mc_samples: int, batch_size: int,
-                  seed: int, max_rows: int | None, info) -> tuple[dict, dict]:
+def run_image_bpd(model, tokenizer, cfg, spec: str, *, estimator: str, time_sampler: str | None, mc_samples: int,
+                  batch_size: int, seed: int, max_rows: int | None, info) -> tuple[dict, dict]:
     """Bits per dimension of ``model`` on the image dataset ``spec``: (metrics, protocol).
 
     Every one of the H*W*ch tokens of an image is scored (the ARM through its start token), so
@@ -231,7 +138,6 @@ def run_image_bpd(model, tokenizer, cfg, spec: str, *, plan, sampler: str, mc_sa
     """
     from harness.data.images import get_image_dataset
     from harness.errors import DataError
-    from harness.records import Metric
 
     ds = get_image_dataset(spec[len("image:"):])
     if ds.levels != model.vocab_size or ds.seq_len != model.seq_len:
@@ -240,18 +146,12 @@ def run_image_bpd(model, tokenizer, cfg, spec: str, *, plan, sampler: str, mc_sa
             f"(L={model.seq_len}, C={model.vocab_size})",
             fix="score the image dataset the checkpoint was trained on",
         )
-    if model.family == "arm" and not getattr(model, "start_token", False):
-        raise DataError("this ARM has no start token: its first pixel is unscored, so bits/dim would not be exact",
-                        fix="train the ARM on images with model.start_token=true")
+    if model.image_unscored_first_pixel:
+        raise DataError(model.image_unscored_first_pixel, fix="train the ARM on images with model.start_token=true")
     ids = ds.tokens if max_rows is None else ds.tokens[:max_rows]
-    mask = torch.ones_like(ids)
-    results = _run_plan(model, ids, mask, plan, sampler=sampler, batch_size=batch_size, mc_samples=mc_samples,
-                        seed=seed, info=info)
-    metrics = {}
-    for suffix, res in results.items():
-        metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, res.kind, "nats/dim")
-        metrics[f"bpd{suffix}"] = Metric(res.bits_per_token, res.stderr / math.log(2), res.kind, "bits/dim")
-    first = results[plan[0][0]]
+    metrics, shared, kinds = score_rows(
+        model, ids, torch.ones_like(ids), estimator=estimator, time_sampler=time_sampler, batch_size=batch_size,
+        mc_samples=mc_samples, seed=seed, info=info, units=("nats/dim", "bits/dim"), exp_name="bpd")
     protocol = {
         "dataset": ds.name,
         "data": spec,
@@ -266,17 +166,10 @@ def run_image_bpd(model, tokenizer, cfg, spec: str, *, plan, sampler: str, mc_sa
         "max_rows": max_rows,
         "tokenizer": tokenizer.spec,
         "seq_len": ds.seq_len,
-        "token_convention": "one image per row, all H*W*ch dimensions scored"
-        + (" (the ARM conditions the first pixel on its start token)" if model.family == "arm" else ""),
-        "tokens_scored": first.tokens,
-        "batch_size": batch_size,
-        "world_size": info.world,
-        "mc_samples": mc_samples if model.family != "arm" else None,
-        "time_sampler": None if model.family == "arm" else TIME_SAMPLERS[sampler] + f" [{sampler}]",
-        "stderr_method": first.stderr_method,
-        "schedule": model.hparams.get("schedule"),
+        "token_convention": "one image per row, all H*W*ch dimensions scored" + model.image_token_note,
+        **shared,
         "positions": model.hparams.get("positions"),
-        "estimators": {suffix or "nll": label for suffix, _, label in plan},
+        "estimators": kinds,
     }
     return metrics, protocol
 
@@ -301,86 +194,57 @@ def run_ppl(
     import time as _time
     from pathlib import Path
 
-    from harness.data import get_corpus, get_packed, parse_corpus_split
+    from harness.data import get_packed
     from harness.errors import DataError
-    from harness.records import Metric, make_record, model_block
-
     from harness.evaluation import load_for_evaluation
+    from harness.records import make_record, model_block
 
     t0 = _time.time()
     info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
-    device = str(model.device)
     d = cfg.data
     image_spec = _image_spec(data, cfg)
     if image_spec is not None:
-        family = model.family
-        plan = _estimator_plan(family, estimator)
-        sampler = time_sampler or getattr(model, "default_nll_sampler", "t")
-        metrics, protocol = run_image_bpd(model, tokenizer, cfg, image_spec, plan=plan, sampler=sampler,
+        metrics, protocol = run_image_bpd(model, tokenizer, cfg, image_spec, estimator=estimator, time_sampler=time_sampler,
                                           mc_samples=mc_samples, batch_size=batch_size, seed=seed, max_rows=max_rows, info=info)
-        if family == "prime":
-            protocol.update(ell=model.ell, base=model.base, carry_over=model.carry_over)
-        return make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
-                           seed=seed, device=device, wall_s=_time.time() - t0)
-    spec = data or f"{d.corpus}:{d.valid_split}"
-    L = seq_len or model.seq_len
-    if L > model.seq_len:
-        raise DataError(
-            f"--seq-len {L} is longer than the model's sequence length {model.seq_len}",
-            fix=f"use --seq-len <= {model.seq_len}",
-        )
-    from harness.data.zeroshot import resolve_dataset
+    else:
+        spec = data or f"{d.corpus}:{d.valid_split}"
+        L = seq_len or model.seq_len
+        if L > model.seq_len:
+            raise DataError(
+                f"--seq-len {L} is longer than the model's sequence length {model.seq_len}",
+                fix=f"use --seq-len <= {model.seq_len}",
+            )
+        from harness.data.datasets import resolve_dataset
 
-    dataset = resolve_dataset(spec, default_split=d.valid_split)
-    packing = dict(
-        wrap=d.wrap if wrap is None else wrap,
-        eos_between_docs=(dataset.eos_between_docs if dataset.eos_between_docs is not None else d.eos_between_docs)
-        if eos_between_docs is None
-        else eos_between_docs,
-        remainder=remainder or d.remainder,
-    )
-    packed = get_packed(dataset.corpus, dataset.split, tokenizer=tokenizer, seq_len=L, **packing)
-    ids, mask = packed.input_ids, packed.attention_mask
-    if max_rows is not None:
-        ids, mask = ids[:max_rows], mask[:max_rows]
-    family = model.family
-    plan = _estimator_plan(family, estimator)
-    metrics: dict[str, Metric] = {}
-    sampler = time_sampler or getattr(model, "default_nll_sampler", "t")
-    results = _run_plan(model, ids, mask, plan, sampler=sampler, batch_size=batch_size, mc_samples=mc_samples,
-                        seed=seed, info=info)
-    for suffix, res in results.items():
-        metrics[f"nll{suffix}"] = Metric(res.nll, res.stderr, res.kind, "nats/token")
-        metrics[f"ppl{suffix}"] = Metric(res.ppl, res.ppl * res.stderr, res.kind, "perplexity")
-    first = results[plan[0][0]]
-    protocol = {
-        "dataset": dataset.name,
-        "data": spec,
-        "split": dataset.split,
-        "detokenizer": dataset.detokenizer,
-        "packing": packed.protocol,
-        "rows_scored": int(ids.shape[0]),
-        "max_rows": max_rows,
-        "tokenizer": tokenizer.spec,
-        "seq_len": L,
-        "token_convention": TOKEN_CONVENTION["arm" if family == "arm" else "diffusion"],
-        "tokens_scored": first.tokens,
-        "batch_size": batch_size,
-        "world_size": info.world,
-        "mc_samples": mc_samples if family != "arm" else None,
-        "time_sampler": None if family == "arm" else TIME_SAMPLERS[sampler] + f" [{sampler}]",
-        "stderr_method": first.stderr_method,
-        "schedule": model.hparams.get("schedule"),
-        "estimators": {suffix or "nll": label for suffix, _, label in plan},
-    }
-    if family == "prime":
-        protocol.update(ell=model.ell, base=model.base, carry_over=model.carry_over)
-    return make_record(
-        "ppl",
-        model=model_block(Path(checkpoint), cfg),
-        metrics=metrics,
-        protocol=protocol,
-        seed=seed,
-        device=device,
-        wall_s=_time.time() - t0,
-    )
+        dataset = resolve_dataset(spec, default_split=d.valid_split)
+        packing = dict(
+            wrap=d.wrap if wrap is None else wrap,
+            eos_between_docs=(dataset.eos_between_docs if dataset.eos_between_docs is not None else d.eos_between_docs)
+            if eos_between_docs is None
+            else eos_between_docs,
+            remainder=remainder or d.remainder,
+        )
+        packed = get_packed(dataset.corpus, dataset.split, tokenizer=tokenizer, seq_len=L, **packing)
+        ids, mask = packed.input_ids, packed.attention_mask
+        if max_rows is not None:
+            ids, mask = ids[:max_rows], mask[:max_rows]
+        metrics, shared, kinds = score_rows(
+            model, ids, mask, estimator=estimator, time_sampler=time_sampler, batch_size=batch_size,
+            mc_samples=mc_samples, seed=seed, info=info, units=("nats/token", "perplexity"), exp_name="ppl")
+        protocol = {
+            "dataset": dataset.name,
+            "data": spec,
+            "split": dataset.split,
+            "detokenizer": dataset.detokenizer,
+            "packing": packed.protocol,
+            "rows_scored": int(ids.shape[0]),
+            "max_rows": max_rows,
+            "tokenizer": tokenizer.spec,
+            "seq_len": L,
+            "token_convention": model.token_convention,
+            **shared,
+            "estimators": kinds,
+        }
+    protocol.update(model.protocol())
+    return make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
+                       seed=seed, device=str(model.device), wall_s=_time.time() - t0)

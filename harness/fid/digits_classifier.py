@@ -130,7 +130,7 @@ def train_classifier(dataset: str, *, seed: int = 0) -> tuple[DigitNet, float, i
 
 
 def save_classifier(net: DigitNet, path: Path, *, dataset: str, seed: int, accuracy: float, test_size: int) -> None:
-    from harness.data.cache import atomic_write_bytes
+    from harness.io import atomic_write_bytes
 
     buffer = io.BytesIO()
     torch.save({"state_dict": net.state_dict(), "height": net.height, "width": net.width, "dataset": dataset,

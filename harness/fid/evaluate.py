@@ -31,27 +31,37 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "input": "uint8 0..255 (normalize=False)",
 }
 
-IMAGE_PREFIX = "image:"
-
-
 def paper_reference(reference: str | None) -> str:
     """``cifar10:PATH[:SPLIT]`` -> ``cifar10:PATH:train`` (the paper protocol's reference)."""
+    from harness.data.images import parse_image_spec
+
     if reference is None or not reference.startswith("cifar10:"):
         raise PrimebenchError("--paper-protocol needs the CIFAR-10 folder: --reference cifar10:PATH",
                               fix="e.g. --reference cifar10:/data/cifar (holding cifar-10-batches-py/)")
-    base = reference[:-len(":test")] if reference.endswith(":test") else reference
-    base = base[:-len(":train")] if base.endswith(":train") else base
-    return f"{base}:train"
+    return parse_image_spec(reference).with_split("train").spec
+
+
+def _image_corpus(corpus: str):
+    """The :class:`~harness.data.images.ImageSpec` (train split) of an ``image:NAME`` corpus."""
+    from harness.data.images import is_image_spec, parse_image_spec
+
+    if not is_image_spec(corpus):
+        raise DataError(f"the checkpoint was trained on {corpus!r}, not on images",
+                        fix="FID needs an image checkpoint (data.corpus: image:digits, image:mnist5k, image:cifar10:PATH)")
+    return parse_image_spec(corpus).with_split("train")
+
+
+def default_reference(corpus: str) -> str:
+    """The reference set of a checkpoint trained on ``corpus``: its dataset's train split
+    (``image:digits`` -> ``digits:train``)."""
+    return _image_corpus(corpus).spec
 
 
 def image_layout(corpus: str):
     """The :class:`ImageTokens` (train split) of an ``image:NAME`` corpus: layout and levels."""
     from harness.data import get_image_dataset
 
-    if not corpus.startswith(IMAGE_PREFIX):
-        raise DataError(f"the checkpoint was trained on {corpus!r}, not on images",
-                        fix="FID needs an image checkpoint (data.corpus: image:digits, image:mnist5k, image:cifar10:PATH)")
-    return get_image_dataset(corpus[len(IMAGE_PREFIX):] + ":train")
+    return get_image_dataset(_image_corpus(corpus))
 
 
 def sample_images(model, layout, *, samples: int, batch_size: int, sampler: str | None, steps: int | None,
@@ -117,11 +127,21 @@ def fid_record(model, layout, *, reference: str, features: str | None, backend: 
                        protocol=protocol, seed=seed, device=device, wall_s=time.time() - t0)
 
 
-def run_fid(checkpoint: Path, *, device: str = "cpu", **kwargs) -> dict[str, Any]:
-    """Load an image checkpoint and return its FID record (keywords as :func:`fid_record`)."""
-    from harness import load
+def run_fid(checkpoint: Path, *, reference: str | None = None, paper_protocol: bool = False, device: str = "cpu",
+            **kwargs) -> dict[str, Any]:
+    """Load an image checkpoint and return its FID record (other keywords as :func:`fid_record`).
+
+    ``reference`` None: the checkpoint's dataset, train split. ``paper_protocol``: the CIFAR-10
+    train split of ``reference`` with the samples, features and backend of :data:`PAPER_PROTOCOL`.
+    """
+    from harness.evaluation import load_for_evaluation
     from harness.records import model_block
 
-    model, _, cfg = load(checkpoint, device=device)
+    if paper_protocol:
+        reference = paper_reference(reference)
+        kwargs.update({k: PAPER_PROTOCOL[k] for k in ("samples", "features", "backend")})
+    _, model, _, cfg = load_for_evaluation(checkpoint, device)
     layout = image_layout(cfg.data.corpus)
-    return fid_record(model, layout, model_block=model_block(Path(checkpoint), cfg), device=device, **kwargs)
+    reference = reference or default_reference(cfg.data.corpus)
+    return fid_record(model, layout, reference=reference, model_block=model_block(Path(checkpoint), cfg), device=device,
+                      paper_protocol=paper_protocol, **kwargs)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from harness.errors import PrimebenchError
+from harness.metrics.base import Accumulator
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,7 +38,7 @@ class GaussianStats:
         """Write as ``.npz`` (atomically: readers see the old file or the whole new one)."""
         import io
 
-        from harness.data.cache import atomic_write_bytes
+        from harness.io import atomic_write_bytes
 
         buffer = io.BytesIO()
         np.savez(buffer, mean=self.mean, cov=self.cov, count=np.int64(self.count))
@@ -51,19 +52,20 @@ class GaussianStats:
                        count=int(data["count"]))
 
 
-class FeatureStats:
-    """Running float64 sums of features (N, D) -> :class:`GaussianStats` (update/compute/reset)."""
+class FeatureStats(Accumulator):
+    """Running float64 sums of features (N, D) -> :class:`GaussianStats` (update/compute/reset).
+
+    States: ``count`` rows, ``_sum`` (D,) and ``_outer`` (D, D) = sum of x x^T.
+    """
 
     def __init__(self, dim: int):
         if dim < 1:
             raise ValueError(f"feature dimension must be >= 1, got {dim}")
+        super().__init__()
         self.dim = int(dim)
-        self.reset()
-
-    def reset(self) -> None:
-        self.count = 0
-        self._sum = torch.zeros(self.dim, dtype=torch.float64)
-        self._outer = torch.zeros(self.dim, self.dim, dtype=torch.float64)
+        self.add_state("count", 0.0, dist_reduce_fx="sum")
+        self.add_state("_sum", torch.zeros(self.dim), dist_reduce_fx="sum")
+        self.add_state("_outer", torch.zeros(self.dim, self.dim), dist_reduce_fx="sum")
 
     def update(self, features: torch.Tensor) -> None:
         """Add features ``(N, D)`` (any float dtype; converted to float64 here, once)."""
@@ -75,10 +77,10 @@ class FeatureStats:
         self._outer += x.T @ x
 
     def compute(self) -> GaussianStats:
-        if self.count < 2:
-            raise PrimebenchError(f"a covariance needs at least 2 feature rows, got {self.count}",
+        n = int(self.count)
+        if n < 2:
+            raise PrimebenchError(f"a covariance needs at least 2 feature rows, got {n}",
                                   fix="use more samples (FID needs many more than the feature dimension to be stable)")
-        n = self.count
         mean = self._sum / n
         cov = (self._outer - n * torch.outer(mean, mean)) / (n - 1)
         cov = 0.5 * (cov + cov.T)  # exactly symmetric

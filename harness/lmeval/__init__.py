@@ -5,7 +5,7 @@
 * :mod:`harness.lmeval.tasks`: the local tasks ``wiki_rolling`` and ``wiki_lastword`` and the
   loading of any lm-eval registry task;
 * :func:`run_zeroshot` (here): ``lm_eval.simple_evaluate`` with the adapter, turned into a
-  ``zeroshot`` result record; :func:`render_zeroshot` is its table view.
+  ``zeroshot`` result record (its view is :func:`harness.views.render_zeroshot`).
 
 Metric kinds in the record: every number of an ARM is ``exact`` (for tasks scored by
 log-likelihood; generated text is ``estimate``). For a diffusion family, perplexities and bits per
@@ -32,10 +32,10 @@ BOUND_METRICS = {
 LIKELIHOOD_OUTPUTS = ("loglikelihood", "loglikelihood_rolling", "multiple_choice")
 
 
-def _metric_kind(family: str, metric: str, output_types: set[str]) -> str:
+def _metric_kind(kind: str, metric: str, output_types: set[str]) -> str:
     if not output_types or not output_types <= set(LIKELIHOOD_OUTPUTS):
         return "estimate"  # sampled text, or a group we cannot vouch for
-    if family == "arm":
+    if kind == "exact":
         return "exact"
     return "bound" if metric in BOUND_METRICS else "estimate"
 
@@ -46,7 +46,7 @@ def _units(metric: str) -> str:
     return "fraction" if metric.startswith(("acc", "exact_match")) else metric
 
 
-def metrics_from_results(results: dict[str, Any], *, family: str, output_types: dict[str, str]) -> dict:
+def metrics_from_results(results: dict[str, Any], *, kind: str, output_types: dict[str, str]) -> dict:
     """lm-eval's ``results`` -> ``{"task/metric": Metric}`` (a filter other than ``none`` is kept as ``@filter``)."""
     from harness.records import Metric
 
@@ -60,11 +60,11 @@ def metrics_from_results(results: dict[str, Any], *, family: str, output_types: 
             metric, filt = key.split(",", 1)
             se = row.get(f"{metric}_stderr,{filt}")
             se = float(se) if isinstance(se, (int, float)) and math.isfinite(se) else None
-            kind = _metric_kind(family, metric, types)
-            if kind == "exact" and se is None:
+            metric_kind = _metric_kind(kind, metric, types)
+            if metric_kind == "exact" and se is None:
                 se = 0.0
             name = f"{task}/{metric}" + ("" if filt == "none" else f"@{filt}")
-            out[name] = Metric(float(value), se, kind, _units(metric))
+            out[name] = Metric(float(value), se, metric_kind, _units(metric))
     return out
 
 
@@ -86,8 +86,8 @@ def run_zeroshot(
     import lm_eval
     from importlib import metadata
 
-    from harness import load
     from harness.errors import PrimebenchError
+    from harness.evaluation import load_for_evaluation
     from harness.lmeval.adapter import PrimebenchLM
     from harness.lmeval.tasks import load_tasks, parse_tasks
     from harness.records import make_record, model_block
@@ -96,11 +96,7 @@ def run_zeroshot(
         raise PrimebenchError(f"--limit must be a positive number of documents, got {limit}", fix="e.g. --limit 50")
     t0 = time.time()
     names = parse_tasks(tasks)
-    model, tokenizer, cfg = load(checkpoint, device=device)
-    if tokenizer is None:
-        from harness.data import get_tokenizer
-
-        tokenizer = get_tokenizer(cfg.data.tokenizer)
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
     lm = PrimebenchLM(model, tokenizer, mc_samples=mc_samples, batch_size=batch_size, seed=seed,
                       time_sampler=time_sampler, sampler=sampler, steps=steps)
     loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
@@ -113,7 +109,7 @@ def run_zeroshot(
         bootstrap_iters=bootstrap_iters, log_samples=False, random_seed=seed, numpy_random_seed=seed,
         torch_random_seed=seed, fewshot_random_seed=seed,
     )
-    metrics = metrics_from_results(results, family=model.family, output_types=output_types)
+    metrics = metrics_from_results(results, kind=lm.kind, output_types=output_types)
     protocol = {
         "tasks": names,
         "limit": limit,
@@ -127,10 +123,9 @@ def run_zeroshot(
         "tokenizer": tokenizer.spec,
         "batch_size": batch_size,
         "estimator": lm.describe(),
-        "mc_samples": None if model.family == "arm" else mc_samples,
+        "mc_samples": mc_samples if model.uses_time_sampler else None,
         "adapter": lm.stats.to_dict(),
-        "rolling": ("lm-eval windows of L tokens (BOS prefix, context_len=1), every token scored once"
-                    if model.family == "arm" else "disjoint [BOS] + (L-1)-token chunks, each bounded; the sum is a bound"),
+        "rolling": lm.rolling_description(),
         "truncation": "context cut from the left (BOS kept); a continuation that cannot fit is an error",
     }
     if lm.stats.requests["generate_until"]:
@@ -142,29 +137,4 @@ def run_zeroshot(
     )
 
 
-def render_zeroshot(record: dict) -> None:
-    """The record as a rich table on stdout (bounds marked <=), with the protocol in one line."""
-    from rich.table import Table
-
-    from harness.logging import stdout_console
-
-    p = record["protocol"]
-    table = Table(title=f"{record['model']['name']} ({record['model']['family']}) zero-shot, lm-eval {p['lm_eval_version']}")
-    for col in ("task", "metric", "kind", "value", "± stderr", "units"):
-        table.add_column(col)
-    for name, m in record["metrics"].items():
-        task, metric = name.split("/", 1)
-        mark = "<= " if m["kind"] == "bound" else ""
-        se = "n/a" if m["stderr"] is None else f"{m['stderr']:.4f}"
-        table.add_row(task, metric, m["kind"], f"{mark}{m['value']:.4f}", se, m["units"])
-    console = stdout_console()
-    console.print(table)
-    a = p["adapter"]
-    k = "" if p["mc_samples"] is None else f" (K={p['mc_samples']})"
-    console.print(
-        f"documents {p['documents']} (limit {p['limit']}); {p['estimator']['kind']}{k}: {p['estimator']['estimator']}; "
-        f"requests {a['requests']}; truncated contexts {a['truncated_requests']} ({a['truncated_context_tokens']} tokens)"
-    )
-
-
-__all__ = ["BOUND_METRICS", "metrics_from_results", "render_zeroshot", "run_zeroshot"]
+__all__ = ["BOUND_METRICS", "metrics_from_results", "run_zeroshot"]

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.data.cache import atomic_write_text, cache_dir, file_sha256
+from harness.data.cache import cache_dir
 from harness.errors import OfflineError, PrimebenchError
+from harness.io import atomic_write_text, file_sha256
 
 TASKS_VERSION = 1  # bump when a task's data or config changes: new cache folder, new hashes
 LOCAL_TASKS = ("wiki_rolling", "wiki_lastword")
@@ -196,7 +197,7 @@ def load_tasks(names: list[str]) -> tuple[dict[str, Any], dict[str, LocalTask]]:
         except Exception as exc:  # noqa: BLE001 - a dataset that cannot be fetched becomes an OfflineError
             if name in local:
                 raise
-            from harness.data.corpora import hf_offline, is_network_error
+            from harness.offline import hf_offline, is_network_error
 
             if hf_offline() or is_network_error(exc):
                 raise OfflineError(

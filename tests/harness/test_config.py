@@ -62,3 +62,41 @@ def test_apply_overrides_does_not_mutate():
     data = {"train": {"steps": 1}}
     out = apply_overrides(data, ["train.steps=2"])
     assert data["train"]["steps"] == 1 and out["train"]["steps"] == 2
+
+
+@pytest.mark.parametrize("key,value,owners", [
+    ("ell", 2, "prime family"), ("carry_over", "false", "prime family"),
+    ("schedule", "linear", "masked, mdlm, prime families"), ("time_conditioning", "true", "mdlm, prime families"),
+])
+def test_each_family_accepts_only_its_own_model_keys(key, value, owners):
+    with pytest.raises(ConfigError, match=rf"'model\.{key}' for the arm family \(model\.{key} only applies to the {owners}\)"):
+        load_config("tiny/arm", [f"model.{key}={value}"])
+    with pytest.raises(ConfigError, match="did you mean 'schedule'"):
+        load_config("tiny/mdlm", ["model.shedule=linear"])
+    with pytest.raises(ConfigError, match="'model.start_token' for the prime family"):
+        load_config("tiny/prime", ["model.start_token=true"])
+    with pytest.raises(ConfigError, match="'model.time_conditioning' for the masked family"):
+        load_config("tiny/masked", ["model.time_conditioning=false"])  # the masked model has no time input
+    with pytest.raises(ConfigError, match="did you mean 'prime'"):
+        load_config("tiny/arm", ["model.family=prine"])
+
+
+def test_saved_configs_round_trip_with_only_the_familys_keys():
+    for family in ("arm", "mdlm", "masked", "prime"):
+        cfg = load_config(f"tiny/{family}")
+        again = config_from_dict(cfg.to_dict())
+        assert again == cfg and type(again.model) is type(cfg.model)
+    assert "ell" not in load_config("tiny/arm").to_dict()["model"]
+    assert load_config("tiny/prime").to_dict()["model"]["ell"] == 2
+
+
+def test_checkpoint_configs_written_with_every_key_still_load():
+    from harness.config import drop_legacy_model_keys
+
+    legacy = {"family": "arm", "d_model": 64, "n_layers": 2, "n_heads": 2, "mlp_ratio": 4, "dropout": 0.0,
+              "time_conditioning": False, "cond_dim": 64, "schedule": "loglinear", "ell": 1, "carry_over": True,
+              "positions": "rope", "image_shape": "", "start_token": False}
+    cfg = config_from_dict(drop_legacy_model_keys({"model": legacy}))
+    assert cfg.model.family == "arm" and cfg.model.d_model == 64
+    with pytest.raises(ConfigError, match="model.ell"):  # a value that meant something is never dropped
+        config_from_dict(drop_legacy_model_keys({"model": dict(legacy, ell=2)}))

@@ -17,7 +17,7 @@ from harness.data import (
     parse_corpus_split,
     to_images,
 )
-from harness.data import corpora as corpora_module
+from harness.data.corpora import wiki as wiki_module
 from harness.errors import DataError, OfflineError, PrimebenchError
 
 SAMPLE = "The quick brown fox, née Føx, jumps over 12 lazy dogs.\n\n  Tabs\tand  spaces — 😀!"
@@ -58,7 +58,8 @@ def wiki():
 
 
 def test_cache_dir_and_atomic_write(tmp_path, monkeypatch):
-    from harness.data.cache import atomic_write_text, cache_dir
+    from harness.data.cache import cache_dir
+    from harness.io import atomic_write_text
 
     monkeypatch.setenv("PRIMEBENCH_CACHE", str(tmp_path / "root"))
     folder = cache_dir("a", "b")
@@ -82,7 +83,7 @@ def test_wiki_embedded_split_is_deterministic_and_disjoint(wiki, monkeypatch):
     def fail(path):
         raise AssertionError("wiki-embedded was extracted again instead of read from the cache")
 
-    monkeypatch.setattr(corpora_module, "_extract_wiki", fail)
+    monkeypatch.setattr(wiki_module, "_extract_wiki", fail)
     again = get_corpus("wiki-embedded")
     assert again.sha256 == wiki.sha256
     assert again.documents("validation") == validation

@@ -5,8 +5,9 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.evaluation.ppl import NLLAccumulator, run_ppl
-from harness.results import NLL
+from harness.evaluation.ppl import run_ppl
+from harness.metrics.nll import NLLAccumulator
+from harness.nll import NLL
 
 
 def test_accumulator_is_token_weighted_and_batch_invariant():

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from harness import diffusion, load
 from harness.cli import main
 from harness.errors import PrimebenchError
-from harness.lmeval.adapter import Item, PrimebenchLM, cut_at_stops, split_context
+from harness.lmeval.adapter import PrimebenchLM
+from harness.lmeval.requests import Item, cut_at_stops, split_context
 from harness.lmeval.tasks import lastword_passages, rolling_config
 
 DIFFUSION = ("mdlm", "masked", "prime")
@@ -164,17 +165,26 @@ def test_diffusion_loglikelihood_never_masks_the_context(trained, family, monkey
     monkeypatch.setattr(diffusion, "corrupt", spy)
     pairs = [("The river flows to the", " gulf of Mexico"), ("Cotton", " was king"), ("", "Alabama")]
     out = lm.loglikelihood([_instance("loglikelihood", p) for p in pairs])
-    assert len(seen) == len(pairs)
-    for (ctx, cont), (valid, masked) in zip(pairs, seen):
-        n_cont = len(tok.encode(cont))
+    assert len(seen) == 8  # one corruption per Monte-Carlo sample of the batch (all three requests in one)
+    items = [lm.pair_item(*p) for p in pairs]
+    expected = sorted((len(it.tokens) - it.n_cont, it.n_cont) for it in items)  # (context incl. BOS, continuation)
+    for valid, masked in seen:
         units = valid.reshape(valid.shape[0], valid.shape[1], -1)
-        assert bool(units[:, -n_cont:].all()) and not bool(units[:, :-n_cont].any())
-        assert not bool((masked & ~valid).any()) and bool(masked.any())
+        blocks = []
+        for row in units:
+            pos = row.any(-1).nonzero().flatten().tolist()
+            assert pos == list(range(pos[0], pos[0] + len(pos))) and bool(row[pos].all())  # whole tokens, one block
+            blocks.append((pos[0], len(pos)))
+        assert sorted(blocks) == expected  # exactly the continuation of each request; the context never
+        assert not bool((masked & ~valid).any())
+    assert any(bool(m.any()) for _, m in seen)
     for ll, greedy in out:
         assert math.isfinite(ll) and ll <= 0 and isinstance(greedy, bool)
     # the draws belong to the request, not its batch: a different batch size gives the same numbers
     again = PrimebenchLM(model, tok, mc_samples=8, batch_size=3).loglikelihood([_instance("loglikelihood", p) for p in pairs[::-1]])
     assert [a for a, _ in again[::-1]] == pytest.approx([a for a, _ in out], abs=1e-5)
+    single = PrimebenchLM(model, tok, mc_samples=8, batch_size=1).loglikelihood([_instance("loglikelihood", p) for p in pairs])
+    assert [a for a, _ in single] == pytest.approx([a for a, _ in out], abs=1e-5)
 
 
 def test_diffusion_bound_K_only_moves_mc_noise(trained):

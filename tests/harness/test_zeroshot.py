@@ -1,4 +1,4 @@
-"""Tests for harness.data.zeroshot and harness.data.detokenizers. CPU only, offline, fast.
+"""Tests for harness.data.datasets, harness.data.zeroshot and harness.data.detokenizers. CPU only, offline, fast.
 
 Detokenizer expectations are worked out by hand from the rules in the docstrings (MDLM's
 normalisations), including the quirks we keep on purpose for comparable numbers.
@@ -11,17 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.data import corpora as corpora_module
+from harness.data.corpora import wiki as wiki_module
 from harness.data import detokenizers as detok_module
 from harness.data import zeroshot as zeroshot_module
 from harness.data.corpora import get_corpus, make_corpus
 from harness.data.detokenizers import DETOKENIZERS, get_detokenizer
-from harness.data.zeroshot import (
-    ZEROSHOT_PRESETS,
-    ZeroShotDataset,
-    list_presets,
-    resolve_dataset,
-)
+from harness.data.datasets import ResolvedDataset, resolve_dataset
+from harness.data.zeroshot import ZEROSHOT_PRESETS, list_presets
 from harness.errors import DataError, OfflineError, PrimebenchError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "zeroshot"
@@ -181,7 +177,7 @@ def test_preset_table_matches_mdlm_sources():
 def test_ptb_local_copy_is_detokenized():
     path = FIXTURES / "ptb.txt"
     ds = resolve_dataset(f"ptb@{path}", "validation")
-    assert isinstance(ds, ZeroShotDataset)
+    assert isinstance(ds, ResolvedDataset)
     assert (ds.name, ds.split, ds.detokenizer, ds.eos_between_docs) == ("ptb", "all", "ptb", True)
     assert "ptb" in ds.corpus.name and str(path) in ds.corpus.spec
     assert list(ds.corpus.splits) == ["all"]
@@ -280,7 +276,7 @@ def test_online_load_failure_names_preset_and_local_form(monkeypatch):
 
 def test_wiki_embedded_passes_through(monkeypatch):
     articles = [{"title": f"Article {i}", "text": f"Text of article {i}. " * 20} for i in range(30)]
-    monkeypatch.setattr(corpora_module, "_extract_wiki", lambda path: articles)
+    monkeypatch.setattr(wiki_module, "_extract_wiki", lambda path: articles)
     ds = resolve_dataset("wiki-embedded:validation", "train")
     assert (ds.name, ds.split, ds.detokenizer, ds.eos_between_docs) == (
         "wiki-embedded",

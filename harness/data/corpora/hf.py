@@ -1,0 +1,68 @@
+"""``hf:NAME[:CONFIG]:SPLIT[#FIELD]``: a Hugging Face dataset.
+
+Loaded with ``datasets.load_dataset`` (needs the network or the HF cache; refused with
+:class:`~harness.errors.OfflineError` when ``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE`` is set). The
+corpus has one split, named ``SPLIT``. The text column is ``FIELD`` if given, else ``text``, else
+the first string column. Documents are kept as they are (no detokenizer).
+"""
+
+from __future__ import annotations
+
+from harness.data.corpora.base import CORPUS_KINDS, Corpus, make_corpus, split_hf_body
+from harness.errors import DataError, OfflineError
+from harness.offline import hf_offline, is_network_error
+
+
+@CORPUS_KINDS.register("hf")
+def _load_hf(arg: str) -> Corpus:
+    body, _, field = arg.partition("#")
+    parts = split_hf_body(body)
+    if len(parts) not in (2, 3) or not all(parts):
+        raise DataError(
+            f"bad Hugging Face corpus spec 'hf:{arg}'",
+            fix="use hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT, optionally with #FIELD",
+        )
+    name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+    offline_fix = "connect to the network, or save the text locally and use text:PATH (.jsonl)"
+    if hf_offline():
+        raise OfflineError(
+            f"corpus 'hf:{arg}' needs the network (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set)",
+            fix=offline_fix,
+        )
+    try:
+        import datasets
+    except ImportError as exc:
+        raise DataError(
+            f"corpus 'hf:{arg}' needs the datasets package", fix="pip install datasets"
+        ) from exc
+    try:
+        dataset = datasets.load_dataset(name, config, split=split)
+    except Exception as exc:  # noqa: BLE001 - turned into a user-facing error either way
+        if is_network_error(exc):
+            raise OfflineError(
+                f"corpus 'hf:{arg}' could not be downloaded: {exc}", fix=offline_fix
+            ) from exc
+        raise DataError(
+            f"could not load Hugging Face dataset 'hf:{arg}': {exc}",
+            fix="check the dataset name, config and split",
+        ) from exc
+    columns = list(dataset.column_names)
+    if field:
+        if field not in columns:
+            raise DataError(
+                f"dataset 'hf:{body}' has no column {field!r}", fix=f"columns: {columns}"
+            )
+    elif "text" in columns:
+        field = "text"
+    else:
+        string_columns = [
+            c
+            for c in columns
+            if getattr(dataset.features[c], "dtype", None) in ("string", "large_string")
+        ]
+        if not string_columns:
+            raise DataError(f"dataset 'hf:{body}' has no string column", fix=f"columns: {columns}")
+        field = string_columns[0]
+    docs = [str(x) for x in dataset[field]]
+    spec = f"hf:{body}#{field}"
+    return make_corpus(spec, spec, {split: docs})
