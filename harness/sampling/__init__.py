@@ -11,7 +11,7 @@ from harness.sampling.categorical import (
 )
 
 __all__ = ["METHODS", "apply_temperature", "nucleus_filter", "parse_dtype", "sample_categorical"]
-from harness.sampling.output import SampleOutput, SamplerSettings  # noqa: E402
+from harness.sampling.settings import SampleOutput, SamplerSettings  # noqa: E402
 from harness.sampling.samplers import (  # noqa: E402
     SAMPLERS,
     generate,

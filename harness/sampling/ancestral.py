@@ -37,8 +37,8 @@ from __future__ import annotations
 import torch
 
 from harness.sampling.categorical import sample_categorical
-from harness.sampling.finish import INVALID_RESOLUTION, fill_masked, resolve_invalid
-from harness.sampling.output import BatchResult, SamplerSettings
+from harness.sampling.leftovers import INVALID_RESOLUTION, fill_masked, resolve_invalid
+from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
 
 
@@ -97,7 +97,7 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
         if probs is None:  # nothing masked anywhere (a prefix covering every position)
             idle += 1
             continue
-        if units.is_prime:
+        if units.subtokens:
             proposal, reveal = _prime_update(units, probs, m_t, m_s, settings, generator)
             y_next = torch.where(masked & reveal, proposal, y)
         else:
@@ -111,7 +111,7 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
     y, filled = fill_masked(units, y, settings.t_end, settings, generator, nfe)
     y, invalid = resolve_invalid(units, y, settings.t_end, settings, generator, nfe)
     counts = {"noise_removal_filled": filled}
-    if units.is_prime:
+    if units.subtokens:
         counts["invalid_codes"] = invalid
     return BatchResult(
         tokens=units.decode(y), nfe=nfe, idle_steps=idle,

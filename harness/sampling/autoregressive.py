@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from harness.sampling.categorical import sample_categorical
-from harness.sampling.output import BatchResult, SamplerSettings
+from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import shaped_log_probs
 
 

@@ -26,8 +26,8 @@ import torch
 
 from harness.errors import PrimebenchError
 from harness.sampling.categorical import sample_categorical
-from harness.sampling.finish import INVALID_RESOLUTION, resolve_invalid
-from harness.sampling.output import BatchResult, SamplerSettings
+from harness.sampling.leftovers import INVALID_RESOLUTION, resolve_invalid
+from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
 from prime.bounds import subtoken_log_marginals
 
@@ -60,7 +60,7 @@ def run_first_hitting(units: UnitModel, rows: int, settings: SamplerSettings, ge
         position, digit = unit // units.ell, unit % units.ell
         log_p = units.log_probs(y, tau.to(torch.float32))  # (B, L, C)
         log_p = shaped_log_probs(log_p[arange, position], settings)  # (B, C) at the chosen token
-        if units.is_prime:
+        if units.subtokens:
             marginals = subtoken_log_marginals(log_p[:, None], base=units.base, ell=units.ell)[:, 0]
             log_p = marginals[arange, digit]  # (B, base)
         value = sample_categorical(probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype,
@@ -68,7 +68,7 @@ def run_first_hitting(units: UnitModel, rows: int, settings: SamplerSettings, ge
         flat[arange, unit] = value
     nfe = torch.full((rows,), n0, dtype=torch.long, device=device)
     y, invalid = resolve_invalid(units, y, 0.0, settings, generator, nfe)
-    counts = {"invalid_codes": invalid} if units.is_prime else {}
+    counts = {"invalid_codes": invalid} if units.subtokens else {}
     return BatchResult(
         tokens=units.decode(y), nfe=nfe, idle_steps=torch.zeros(rows, dtype=torch.long, device=device),
         steps=torch.full((rows,), n0, dtype=torch.long, device=device), counts=counts,

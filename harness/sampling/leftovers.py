@@ -1,4 +1,4 @@
-"""Last touches shared by the diffusion samplers: noise removal and invalid Prime codes.
+"""Units left masked or invalid after the last sampler step: noise removal and invalid Prime codes.
 
 * :func:`fill_masked` (noise removal): units still masked when the grid stops at ``t_end > 0``
   are filled from one more denoiser call, by the argmax of the token distribution (MDLM's
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from harness.sampling.categorical import sample_categorical
-from harness.sampling.output import SamplerSettings
+from harness.sampling.settings import SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
 
 INVALID_RESOLUTION = (
@@ -57,7 +57,7 @@ def fill_masked(units: UnitModel, y: torch.Tensor, t: float, settings: SamplerSe
 def resolve_invalid(units: UnitModel, y: torch.Tensor, t: float, settings: SamplerSettings,
                     generator: torch.Generator | None, nfe: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Redraw tokens whose fully revealed units decode to a code >= C; returns (y, tokens redrawn)."""
-    if not units.is_prime:
+    if not units.subtokens:
         return y, 0
     invalid = units.decode(y) >= units.vocab_size  # (B, L)
     count = int(invalid.sum())

@@ -18,7 +18,7 @@ import math
 import torch
 
 from harness.sampling.categorical import sample_categorical
-from harness.sampling.output import BatchResult, SamplerSettings
+from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
 
 

@@ -34,16 +34,16 @@ from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
 from harness.sampling.categorical import METHODS, parse_dtype
 from harness.sampling.maskgit import run_maskgit
-from harness.sampling.output import NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
-from harness.sampling.units import DIFFUSION_FAMILIES, UnitModel
+from harness.sampling.settings import NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
+from harness.sampling.units import UnitModel
 
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    """A registered sampler: which families it serves and whether it takes a number of steps."""
+    """A registered sampler and whether it takes a number of steps; families list the samplers they
+    support (``model.samplers``), so a sampler never asks which family it drives."""
 
     name: str
-    families: tuple[str, ...]
     uses_steps: bool
     run: Callable[..., BatchResult]
     about: str
@@ -52,55 +52,54 @@ class SamplerSpec:
 
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
 for _spec in (
-    SamplerSpec("ancestral", DIFFUSION_FAMILIES, True, ancestral.run_ancestral,
+    SamplerSpec("ancestral", True, ancestral.run_ancestral,
                 "T-step ancestral sampler on t_k = 1 - k(1 - t_end)/T, exact per-sample caching",
                 ancestral.NOTES),
-    SamplerSpec("first-hitting", DIFFUSION_FAMILIES, False, first_hitting.run_first_hitting,
+    SamplerSpec("first-hitting", False, first_hitting.run_first_hitting,
                 "one masked unit per denoiser call at its first-hitting time (Zheng et al. Alg. 1)",
                 first_hitting.NOTES),
-    SamplerSpec("maskgit", DIFFUSION_FAMILIES, True, run_maskgit,
+    SamplerSpec("maskgit", True, run_maskgit,
                 "confidence-ordered parallel decoding, ceil(M k / T) tokens decoded after step k"),
-    SamplerSpec("autoregressive", ("arm",), False, run_autoregressive,
+    SamplerSpec("autoregressive", False, run_autoregressive,
                 "left to right from a prefix or BOS, L - P calls"),
 ):
     SAMPLERS.register(_spec.name, _spec)
 
-_DEFAULT = {"arm": "autoregressive", "mdlm": "ancestral", "masked": "ancestral", "prime": "ancestral"}
-_TOKEN_BY_TOKEN = {"arm": "autoregressive", "mdlm": "first-hitting", "masked": "first-hitting",
-                   "prime": "first-hitting"}
 
-
-def _family(model) -> str:
-    family = getattr(model, "family", None)
-    if family not in _DEFAULT:
-        raise PrimebenchError(f"no sampler knows the model family {family!r}",
-                              fix=f"sample from one of the families {', '.join(sorted(_DEFAULT))}")
-    return family
+def _samplers_of(model) -> tuple[str, ...]:
+    names = tuple(getattr(model, "samplers", ()))
+    if not names:
+        raise PrimebenchError(f"no sampler knows the model {type(model).__name__}",
+                              fix="sample from a registered model family (harness.models.family_names())")
+    return names
 
 
 def sampler_for(model) -> str:
     """The default sampler of a model's family: ``autoregressive`` for the ARM, else ``ancestral``."""
-    return _DEFAULT[_family(model)]
+    _samplers_of(model)
+    return model.default_sampler
 
 
 def token_by_token_sampler(model) -> str:
     """The one-unit-per-call sampler of a family (the precision audit's control): ARM or first-hitting."""
-    return _TOKEN_BY_TOKEN[_family(model)]
+    _samplers_of(model)
+    return model.token_by_token_sampler
 
 
 def samplers_for(family: str) -> list[str]:
     """Names of the registered samplers that support ``family``."""
-    return [name for name in SAMPLERS.names() if family in SAMPLERS.get(name).families]
+    from harness.models import family_class
+
+    return sorted(family_class(family).samplers)
 
 
 def get_sampler(name: str, model) -> SamplerSpec:
     """The registered sampler ``name``, checked against the model's family (clear error otherwise)."""
     spec = SAMPLERS.get(name)
-    family = _family(model)
-    if family not in spec.families:
+    if name not in _samplers_of(model):
         raise PrimebenchError(
-            f"sampler {name!r} does not support the {family!r} model family",
-            fix=f"samplers for {family}: {', '.join(samplers_for(family))}",
+            f"sampler {name!r} does not support the {model.family!r} model family",
+            fix=f"samplers for {model.family}: {', '.join(sorted(model.samplers))}",
         )
     return spec
 
@@ -257,7 +256,7 @@ def generate(
         model.train(was_training)
 
     tokens, nfe, idle, steps_done, wall_s, stats = _merge(batches, wall)
-    if model.family == "prime" and not model.carry_over:
+    if model.may_decode_invalid_codes:
         stats.update(spec.notes)
     time_cond = bool(getattr(model, "time_conditioning", False))
     protocol = {
@@ -277,8 +276,8 @@ def generate(
         "batch_size": batch_size,
         "seq_len": int(model.seq_len),
         "vocab_size": int(model.vocab_size),
-        "ell": int(getattr(model, "ell", 1)) if model.family == "prime" else 1,
-        "carry_over": bool(getattr(model, "carry_over", True)) if model.family == "prime" else None,
+        "ell": int(model.units_per_token),
+        "carry_over": model.protocol().get("carry_over"),
         "time_conditioning": time_cond,
         "prefix_len": 0 if prefix is None else int(prefix.shape[1]),
         "bos_id": bos_id if spec.name == "autoregressive" else None,

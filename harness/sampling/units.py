@@ -12,25 +12,23 @@ from __future__ import annotations
 import torch
 
 from harness.sampling.categorical import apply_temperature, nucleus_filter
-from harness.sampling.output import SamplerSettings
+from harness.sampling.settings import SamplerSettings
 from prime.subtokens import decode
 
-DIFFUSION_FAMILIES = ("mdlm", "masked", "prime")
-
-
 class UnitModel:
-    """Adapter from a model family to (B, L, ell) unit states; holds no state of its own."""
+    """Adapter from a masked-diffusion family to (B, L, ell) unit states; holds no state of its own."""
 
     def __init__(self, model):
         self.model = model
-        self.is_prime = model.family == "prime"
-        self.ell = int(model.ell) if self.is_prime else 1
+        #: sub-token units (MDM-Prime): the network takes (B, L, ell) and codes decode from digits
+        self.subtokens = bool(model.subtokens)
+        self.ell = int(model.units_per_token)
         self.mask_id = int(model.mask_id)  # C for MDLM/masked, base for Prime
         self.vocab_size = int(model.vocab_size)
         self.seq_len = int(model.seq_len)
-        self.base = int(model.base) if self.is_prime else self.vocab_size
+        self.base = int(model.unit_base)
         self.carry_over = bool(getattr(model, "carry_over", True))
-        self.time_conditioning = bool(getattr(model, "time_conditioning", False))
+        self.time_conditioning = bool(model.time_conditioning)
 
     @property
     def device(self) -> torch.device:
@@ -38,11 +36,12 @@ class UnitModel:
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(..., ) token ids -> (..., ell) units."""
-        return self.model.encode(x) if self.is_prime else x[..., None]
+        units = self.model.units(x)
+        return units if self.subtokens else units[..., None]
 
     def decode(self, y: torch.Tensor) -> torch.Tensor:
         """(B, L, ell) fully revealed units -> (B, L) codes (Prime codes may be >= C without carry-over)."""
-        return decode(y, self.base) if self.is_prime else y[..., 0]
+        return decode(y, self.base) if self.subtokens else y[..., 0]
 
     def initial_state(self, rows: int, prefix: torch.Tensor | None) -> torch.Tensor:
         """(rows, L, ell) all masked, except the leading ``prefix`` (rows, P) tokens, fixed context."""
@@ -59,8 +58,7 @@ class UnitModel:
         """
         rows = y.shape[0]
         tt = torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(rows).contiguous()
-        z = y if self.is_prime else y[..., 0]
-        return self.model.log_probs(z, tt)
+        return self.model.log_probs(y if self.subtokens else y[..., 0], tt)
 
 
 def shaped_log_probs(log_p: torch.Tensor, settings: SamplerSettings) -> torch.Tensor:
@@ -76,4 +74,4 @@ def shaped_log_probs(log_p: torch.Tensor, settings: SamplerSettings) -> torch.Te
     return log_p
 
 
-__all__ = ["DIFFUSION_FAMILIES", "UnitModel", "shaped_log_probs"]
+__all__ = ["UnitModel", "shaped_log_probs"]

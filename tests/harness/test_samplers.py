@@ -50,7 +50,7 @@ def any_order_distribution(model) -> dict[tuple, float]:
     units = UnitModel(model)
     x = all_sequences(units.vocab_size, units.seq_len)
     with torch.no_grad():
-        if units.is_prime:
+        if units.subtokens:
             nll = exact_nll(model.denoiser(), x, C=units.vocab_size, ell=units.ell)
         else:
             nll = exact_nll(lambda y: model.backbone(y[..., 0]), x, C=units.vocab_size, ell=1)

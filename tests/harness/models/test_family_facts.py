@@ -1,0 +1,87 @@
+"""Families own their facts: consistent attributes, the corruptible mask, and no name tests elsewhere."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import diffusion
+from harness.models import MODELS, families_offering, family_class, family_names
+from harness.nll import KINDS
+from harness.sampling import SAMPLERS
+from tests.toys import tiny
+
+ROOT = Path(__file__).resolve().parents[3]
+FAMILY_HOMES = {"baselines/arm.py", "baselines/mdlm.py", "baselines/masked.py", "prime/model.py", "harness/models/__init__.py"}
+
+
+@pytest.mark.parametrize("name", ["arm", "mdlm", "masked", "prime"])
+def test_facts_are_consistent(name):
+    cls = family_class(name)
+    assert cls.family == name and cls.estimators and all(e.kind in KINDS for e in cls.estimators)
+    assert len({e.suffix for e in cls.estimators}) == len(cls.estimators)  # metric names never collide
+    assert cls.default_sampler in cls.samplers and cls.token_by_token_sampler in cls.samplers
+    assert all(s in SAMPLERS for s in cls.samplers)
+    assert cls.token_convention and isinstance(cls.table_order, int)
+    assert name in families_offering(cls.estimators[0].name)
+
+
+def test_no_module_outside_the_families_compares_a_family_name():
+    names = "|".join(family_names())
+    pattern = re.compile(rf"""(==|!=)\s*['"]({names})['"]|['"]({names})['"]\s*(==|!=)|\bfamily\s+(not\s+)?in\s*[(\[{{]""")
+    offenders = []
+    for path in sorted((ROOT / "harness").rglob("*.py")) + sorted((ROOT / "prime").rglob("*.py")) + sorted((ROOT / "baselines").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in FAMILY_HOMES:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "family names compared outside the family modules:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("family,kw", [("mdlm", {}), ("masked", {}), ("prime", {"ell": 2})])
+@pytest.mark.parametrize("sampler", ["t", "n"])
+def test_nll_masks_only_corruptible_units(family, kw, sampler, monkeypatch):
+    model = tiny(family, C=7, L=6, seed=3, **kw)
+    x0 = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(0))
+    corruptible = torch.zeros(3, 6, dtype=torch.bool)
+    corruptible[:, 4:] = True
+    seen = []
+    real = diffusion.corrupt
+
+    def spy(clean, u, valid, **k):
+        out = real(clean, u, valid, **k)
+        seen.append(out[1].reshape(3, 6, -1))
+        return out
+
+    monkeypatch.setattr(diffusion, "corrupt", spy)
+    res = model.nll(x0, num_samples=4, generator=torch.Generator().manual_seed(1), corruptible=corruptible,
+                    time_sampler=sampler)
+    assert len(seen) == 4 and all(not bool(m[:, :4].any()) for m in seen) and any(bool(m.any()) for m in seen)
+    assert res.tokens.tolist() == [2.0, 2.0, 2.0]
+    # per-row generators: a row's number does not depend on the rows scored beside it
+    gens = lambda: [torch.Generator().manual_seed(10 + r) for r in range(3)]  # noqa: E731
+    monkeypatch.setattr(diffusion, "corrupt", real)
+    both = model.nll(x0, num_samples=4, generator=gens(), corruptible=corruptible, time_sampler=sampler)
+    alone = model.nll(x0[1:2], num_samples=4, generator=gens()[1:2], corruptible=corruptible[1:2], time_sampler=sampler)
+    assert float(both.nats[1]) == pytest.approx(float(alone.nats[0]), abs=1e-5)
+
+
+def test_arm_corruptible_scores_only_the_marked_targets():
+    model = tiny("arm", C=7, L=6, seed=4)
+    x0 = torch.randint(0, 7, (2, 6), generator=torch.Generator().manual_seed(0))
+    corruptible = torch.zeros(2, 6, dtype=torch.bool)
+    corruptible[:, 3:] = True
+    out = model.nll(x0, corruptible=corruptible)
+    log_p = model.log_probs(x0[:, :-1])  # position i predicts token i + 1
+    expected = -log_p.gather(-1, x0[:, 1:, None])[:, 2:, 0].double().sum(-1)
+    assert torch.allclose(out.nats, expected, atol=1e-5) and out.tokens.tolist() == [3.0, 3.0]
+    scored, greedy = model.score(x0, corruptible=corruptible, greedy=True)
+    assert torch.allclose(scored.nats, out.nats) and greedy.dtype == torch.bool
+    assert torch.equal(greedy, model.greedy_matches(x0, corruptible=corruptible))
+
+
+def test_registry_lists_the_four_families():
+    assert family_names() == ["arm", "masked", "mdlm", "prime"] and len(MODELS) == 4
