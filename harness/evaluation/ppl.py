@@ -111,21 +111,17 @@ def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, ba
 
 def _image_spec(data: str | None, cfg) -> str | None:
     """The ``image:NAME[:SPLIT]`` spec to score, with the checkpoint's validation split by default; None for text."""
-    import re
-
-    from harness.data.images import IMAGE_SPLITS
+    from harness.data.images import is_image_spec, parse_image_spec
 
     spec = data or f"{cfg.data.corpus}:{cfg.data.valid_split}"
-    if not spec.startswith("image:"):
-        if data is None or not cfg.data.corpus.startswith("image:"):
+    if not is_image_spec(spec):
+        if data is None or not is_image_spec(cfg.data.corpus):
             return None
         from harness.errors import DataError
 
         raise DataError(f"--data {data!r}: this checkpoint was trained on images ({cfg.data.corpus})",
                         fix=f"pass --data {cfg.data.corpus}:test, or leave --data unset")
-    if not re.search(r":(" + "|".join(IMAGE_SPLITS) + r")$", spec):
-        spec = f"{spec}:{cfg.data.valid_split}"
-    return spec
+    return str(parse_image_spec(spec).with_default_split(cfg.data.valid_split))
 
 
 def run_image_bpd(model, tokenizer, cfg, spec: str, *, estimator: str, time_sampler: str | None, mc_samples: int,

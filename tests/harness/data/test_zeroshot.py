@@ -20,7 +20,7 @@ from harness.data.datasets import ResolvedDataset, resolve_dataset
 from harness.data.zeroshot import ZEROSHOT_PRESETS, list_presets
 from harness.errors import DataError, OfflineError, PrimebenchError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "zeroshot"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "zeroshot"
 
 LOCAL_FIXTURES = {
     "lambada": "lambada.jsonl",

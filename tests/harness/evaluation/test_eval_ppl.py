@@ -78,7 +78,7 @@ def test_cli_json_out_and_errors(trained, tmp_path):
 def test_zeroshot_preset_from_local_copy(trained):
     from pathlib import Path
 
-    fixture = Path(__file__).parent.parent / "fixtures" / "zeroshot" / "ptb.txt"
+    fixture = Path(__file__).parent.parent.parent / "fixtures" / "zeroshot" / "ptb.txt"
     rec = run_ppl(trained("arm"), data=f"ptb@{fixture}", seq_len=32, remainder="pad")
     p = rec["protocol"]
     assert p["dataset"].startswith("ptb") and p["detokenizer"] == "ptb" and p["split"] == "all"
