@@ -22,9 +22,11 @@ def models_cmd(as_json):
     if as_json:
         click.echo(json.dumps(rows))
         return
-    for row in rows:
-        estimators = ", ".join(f"{n} ({k})" for n, k in row["estimators"].items())
-        click.echo(f"{row['family']:<8} {estimators:<44} {row['about']}")
+    # an estimator named after its kind is shown once ("exact"), others as "name (kind)"
+    cells = [", ".join(n if n == k else f"{n} ({k})" for n, k in row["estimators"].items()) for row in rows]
+    width = max(map(len, cells))
+    for row, cell in zip(rows, cells):
+        click.echo(f"{row['family']:<8} {cell:<{width}}  {row['about']}")
 
 
 COMMANDS = [models_cmd]
