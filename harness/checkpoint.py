@@ -15,6 +15,7 @@ the trainer state carry the same step so a torn write is detected rather than si
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -25,7 +26,7 @@ import yaml
 
 from harness.config import Config, config_from_dict, drop_legacy_model_keys
 from harness.errors import CheckpointError, PrimebenchError
-from harness.io import atomic_write, atomic_write_text
+from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
 
 FORMAT = "primebench-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -55,9 +56,9 @@ def save_checkpoint(
     step: int,
     trainer_state: dict[str, Any] | None = None,
 ) -> None:
-    """Write (or overwrite) a checkpoint folder. Weights first, then state, then config."""
-    from safetensors.torch import save_file
+    """Write (or overwrite) a checkpoint folder. Weights first, then state, then config.
 
+    The same tensors and settings give the same bytes (and so the same ``checkpoint_sha256``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
@@ -65,16 +66,21 @@ def save_checkpoint(
         tensors.update({f"ema.{k}": v.detach().contiguous().cpu() for k, v in ema_state.items()})
     meta = {k: str(v) for k, v in resolved_block(model, tokenizer).items()}
     meta["step"] = str(step)
-    atomic_write(out / WEIGHTS, lambda p: save_file(tensors, str(p), metadata=meta))
+    atomic_write_bytes(out / WEIGHTS, safetensors_bytes(tensors, meta))
     if trainer_state is not None:
-        state = dict(trainer_state, step=step)
-        atomic_write(out / STATE, lambda p: torch.save(state, p))
+        # saved through a buffer: torch.save names its archive after the file, and the temporary
+        # file name would otherwise end up inside the bytes
+        buffer = io.BytesIO()
+        torch.save(dict(trainer_state, step=step), buffer)
+        atomic_write_bytes(out / STATE, buffer.getvalue())
     if tokenizer is not None and not (out / TOKENIZER_DIR).exists():
         tmp = Path(tempfile.mkdtemp(dir=out, prefix=".tokenizer."))
         tokenizer.save(tmp)
         os.replace(tmp, out / TOKENIZER_DIR)
     doc = cfg.to_dict()
     doc["resolved"] = resolved_block(model, tokenizer)
+    if (out / TOKENIZER_DIR).is_dir():
+        doc["resolved"]["tokenizer_sha256"] = folder_sha256(out / TOKENIZER_DIR)
     atomic_write_text(out / CONFIG, yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -148,6 +154,13 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
                 f"weight {key!r} has shape {tuple(value.shape)} but the config builds {tuple(expected[key].shape)}",
                 fix="the config and weights come from different runs (vocabulary or model size differ)",
             )
+    bad = [k for k, v in state.items() if v.dtype.is_floating_point and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(
+            f"the {'EMA ' if prefix == 'ema.' else ''}weights in {str(path / WEIGHTS)!r} are not finite "
+            f"({len(bad)} tensors hold NaN or inf, e.g. {bad[0]!r}); any number computed from them is meaningless",
+            fix="evaluate a checkpoint saved before training diverged (training never saves non-finite weights)",
+        )
     model.load_state_dict(state)
     model.to(device).eval()
     tokenizer = None
@@ -157,6 +170,7 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
             tokenizer = load_tokenizer(tok_dir)
         except PrimebenchError as exc:
             raise CheckpointError(f"tokenizer in {str(tok_dir)!r} cannot be loaded: {exc.problem}", fix=exc.fix) from exc
+        check_tokenizer_identity(tokenizer, tok_dir, resolved)
         if tokenizer.vocab_size != model.vocab_size:
             raise CheckpointError(
                 f"tokenizer vocabulary ({tokenizer.vocab_size}) does not match the weights' vocabulary ({model.vocab_size})",
@@ -165,11 +179,50 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
     return model, tokenizer, cfg
 
 
+def folder_sha256(folder: Path) -> str:
+    """SHA-256 over a folder's files (relative names and bytes, in name order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def check_tokenizer_identity(tokenizer, folder: Path, resolved: dict[str, Any]) -> None:
+    """Refuse a tokenizer folder that is not the one the weights were trained with.
+
+    A tokenizer of the same vocabulary size trained on another corpus would score every token with
+    the wrong id and give a silently wrong number. The spec the checkpoint names must be the folder's,
+    and where the checkpoint recorded the folder's hash the files must still have it."""
+    wanted = resolved.get("tokenizer")
+    if wanted and tokenizer.spec != wanted:
+        raise CheckpointError(
+            f"the tokenizer in {str(folder)!r} is {tokenizer.spec!r} but the checkpoint was trained with {wanted!r}",
+            fix="restore the run's own tokenizer folder (a tokenizer of the same size from another corpus gives wrong numbers)",
+        )
+    digest = resolved.get("tokenizer_sha256")
+    if digest and folder_sha256(folder) != digest:
+        raise CheckpointError(
+            f"the files in {str(folder)!r} are not the tokenizer this checkpoint was trained with "
+            "(their hash differs from the one in config.yaml)",
+            fix="restore the run's own tokenizer folder (a tokenizer of the same size from another corpus gives wrong numbers)",
+        )
+
+
 def load_trainer_state(path: Path) -> dict[str, Any] | None:
     spath = Path(path) / STATE
     if not spath.is_file():
         return None
+    from harness.safe_load import load_torch_file
+
     try:
-        return torch.load(spath, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"trainer state {str(spath)!r} is corrupt ({exc})", fix="delete it to restart, or restore it") from exc
+        state = load_torch_file(spath, what="trainer state", fix="restore it from a copy, or pass --restart to "
+                                "start the run over in this folder (its checkpoint is discarded)")
+    except PrimebenchError as exc:
+        raise CheckpointError(exc.problem, fix=exc.fix) from exc
+    if not isinstance(state, dict) or "step" not in state or "optimizer" not in state:
+        raise CheckpointError(f"trainer state {str(spath)!r} is not a primebench trainer state",
+                              fix="restore it from a copy, or pass --restart to start the run over in this folder")
+    return state

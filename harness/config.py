@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import typing
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -144,26 +146,88 @@ def _did_you_mean(key: str, options: list[str]) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def _as_number(value: Any) -> int | float | None:
+    """``value`` as a number if it is one in a usual notation (YAML 1.1 reads ``3e-4`` and ``1e6``
+    as strings, so they arrive here as text); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        text = value.strip()
+        return int(text) if text.lstrip("+-").isdigit() else float(text)
+    return None
+
+
 def _coerce(path: str, value: Any, annotation: Any) -> Any:
     kind = annotation if isinstance(annotation, type) else {"int": int, "float": float, "bool": bool, "str": str}.get(
         str(annotation), None
     )
+    number = _as_number(value)
     if kind is bool:
         if isinstance(value, bool):
             return value
     elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if isinstance(number, int):
+            return number
+        if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+            return int(number)  # 1e6 steps
     elif kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        if number is not None:
+            if not math.isfinite(float(number)):
+                raise ConfigError(f"config key {path!r} must be a finite number, got {value!r}",
+                                  fix=f"set {path} to a finite value")
+            return float(number)
     elif kind is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-    raise ConfigError(
-        f"config key {path!r} must be of type {getattr(kind, '__name__', kind)}, got {value!r}",
-        fix=f"set {path} to a {getattr(kind, '__name__', kind)} value",
-    )
+    wanted = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(kind, str(kind))
+    raise ConfigError(f"config key {path!r} must be {wanted}, got {value!r}", fix=f"set {path} to {wanted}")
+
+
+#: allowed ranges of the numeric keys: (low, high, low included, high included); None: unbounded
+_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
+    "seed": (0, None, True, False),
+    "model.d_model": (1, None, True, False),
+    "model.n_layers": (1, None, True, False),
+    "model.n_heads": (1, None, True, False),
+    "model.mlp_ratio": (1, None, True, False),
+    "model.dropout": (0, 1, True, False),
+    "model.cond_dim": (1, None, True, False),
+    "model.ell": (1, None, True, False),
+    "data.seq_len": (3, None, True, False),
+    "train.steps": (1, None, True, False),
+    "train.batch_size": (1, None, True, False),
+    "train.grad_accum": (1, None, True, False),
+    "train.lr": (0, None, False, False),
+    "train.warmup": (0, None, True, False),
+    "train.weight_decay": (0, None, True, False),
+    "train.beta1": (0, 1, True, False),
+    "train.beta2": (0, 1, True, False),
+    "train.grad_clip": (0, None, True, False),
+    "train.ema": (0, 1, True, False),
+    "train.eval_every": (1, None, True, False),
+    "train.eval_batches": (1, None, True, False),
+    "train.save_every": (1, None, True, False),
+    "train.sample_grid": (0, None, True, False),
+}
+
+
+def _check_range(path: str, value: Any) -> None:
+    bounds = _RANGES.get(path)
+    if bounds is None:
+        return
+    low, high, low_in, high_in = bounds
+    below = low is not None and (value < low if low_in else value <= low)
+    above = high is not None and (value > high if high_in else value >= high)
+    if below or above:
+        left = "(-inf" if low is None else ("[" if low_in else "(") + f"{low:g}"
+        right = "inf)" if high is None else f"{high:g}" + ("]" if high_in else ")")
+        raise ConfigError(f"config key {path!r} must lie in {left}, {right}, got {value!r}",
+                          fix=f"set {path} to a value in {left}, {right}")
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -186,6 +250,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             kwargs[key] = _build(_SECTIONS[key], value or {}, f"{key}.")
             continue
         kwargs[key] = _coerce(path, value, hints[key])
+        _check_range(path, kwargs[key])
         section = prefix.rstrip(".")
         choices = _CHOICES.get((section, key))
         if choices and kwargs[key] not in choices:
@@ -215,16 +280,11 @@ def validate(cfg: Config) -> None:
         )
     m.check()
     t = cfg.train
-    for key in ("steps", "batch_size", "grad_accum", "eval_every", "save_every"):
-        if getattr(t, key) < 1:
-            raise ConfigError(f"train.{key} must be >= 1, got {getattr(t, key)}")
     if t.batch_size % t.grad_accum:
         raise ConfigError(
             f"train.batch_size={t.batch_size} is not divisible by train.grad_accum={t.grad_accum}",
             fix="make the global batch a multiple of the accumulation steps",
         )
-    if cfg.data.seq_len < 3:
-        raise ConfigError(f"data.seq_len must be >= 3, got {cfg.data.seq_len}")
 
 
 def preset_names() -> list[str]:

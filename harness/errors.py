@@ -30,3 +30,15 @@ class CheckpointError(PrimebenchError):
 
 class OfflineError(PrimebenchError):
     """Something needs the network and the network is not available."""
+
+
+class NumericalError(PrimebenchError):
+    """A number that must be finite (a loss, a weight, a metric) is NaN or infinite."""
+
+
+class Interrupted(PrimebenchError):
+    """A run stopped on SIGINT or SIGTERM after saving what it had; ``exit_code`` is 130 or 143."""
+
+    def __init__(self, message: str, *, fix: str | None = None, exit_code: int = 130):
+        super().__init__(message, fix=fix)
+        self.exit_code = exit_code

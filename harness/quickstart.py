@@ -54,11 +54,12 @@ def _finished(ckpt: Path, steps: int) -> bool:
 def _stage(path: Path, force: bool, make):
     """Return the record at ``path``, computing and writing it first when missing (or forced)."""
     from harness.io import atomic_write_text
+    from harness.records import record_json
 
     if path.exists() and not force:
         return json.loads(path.read_text())
     record = make()
-    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    atomic_write_text(path, record_json(record) + "\n")
     return record
 
 
@@ -81,6 +82,10 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
     from harness.logging import console, progress
     from harness.training import train
 
+    from harness.judges import check_judge_spec
+
+    if judge:
+        check_judge_spec(judge)  # before hours of training
     records = out / "records"
     records.mkdir(parents=True, exist_ok=True)
     overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]

@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.errors import PrimebenchError
+from harness.errors import NumericalError, PrimebenchError
 from harness.io import file_sha256
 from harness.nll import KINDS
 
@@ -134,28 +134,75 @@ def make_record(
     }
     if extra:
         record.update(extra)
+    bad = {k: v["value"] for k, v in record["metrics"].items() if not math.isfinite(v["value"])}
+    if bad:
+        raise NumericalError(
+            f"{evaluation}: metric{'s' if len(bad) > 1 else ''} "
+            + ", ".join(f"{k} = {v}" for k, v in bad.items())
+            + f" for {model.get('checkpoint') or model.get('name') or 'the model'}: the model's outputs are not finite "
+            "(its weights may hold NaN or inf); no record is written",
+            fix="evaluate a checkpoint whose weights are finite (training keeps the last finite one), "
+                "or retrain with a lower train.lr",
+        )
     return record
 
 
-def record_filename(record: dict[str, Any]) -> str:
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
+def record_json(record: dict[str, Any], indent: int | None = 2) -> str:
+    """The record as strict JSON: a non-finite number outside the metrics (a standard error that
+    cannot be estimated, say) becomes ``null``, never a bare ``NaN`` that JSON parsers reject."""
+    return json.dumps(_finite_or_null(record), indent=indent, default=str, allow_nan=False)
+
+
+def record_stem(record: dict[str, Any]) -> str:
+    """``EVALUATION-MODEL-HASH``: the hash is over the protocol, so one protocol, one name."""
     name = (record.get("model") or {}).get("name") or "model"
     digest = hashlib.sha256(json.dumps(record["protocol"], sort_keys=True, default=str).encode()).hexdigest()[:8]
-    return f"{record['evaluation']}-{name}-{digest}.json".replace("/", "_")
+    return f"{record['evaluation']}-{name}-{digest}".replace("/", "_")
 
 
-def write_record(record: dict[str, Any], out_dir: Path) -> Path:
-    """Write atomically into ``out_dir`` and return the path; never overwrites another record."""
-    from harness.io import atomic_write_text
+def record_filename(record: dict[str, Any]) -> str:
+    return record_stem(record) + ".json"
+
+
+def write_record(record: dict[str, Any], out_dir: Path, *,
+                 attachments: dict[str, tuple[str, bytes]] | None = None) -> Path:
+    """Create the record's file in ``out_dir`` and return its path; never overwrites a file.
+
+    A taken name moves on to ``NAME~1.json``, ``NAME~2.json``, ... (two processes writing the same
+    name both keep their record). ``attachments``: ``{record key: (suffix, bytes)}`` files written
+    next to the record under the same name (``NAME.samples.jsonl``), whose paths the record then
+    holds under those keys, so a record always points at its own files.
+    """
+    from harness.io import create_exclusive
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / record_filename(record)
-    n = 1
-    while path.exists():
-        path = out_dir / f"{path.stem.rsplit('~', 1)[0]}~{n}.json"
+    stem, attachments, n = record_stem(record), attachments or {}, 0
+    while True:
+        name = stem if n == 0 else f"{stem}~{n}"
         n += 1
-    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
-    return path
+        path = out_dir / f"{name}.json"
+        if path.exists() or any((out_dir / f"{name}{suffix}").exists() for suffix, _ in attachments.values()):
+            continue
+        made: list[Path] = []
+        try:
+            for key, (suffix, data) in attachments.items():
+                made.append(create_exclusive(out_dir / f"{name}{suffix}", data, numbered=False))
+                record[key] = str(made[-1])
+            return create_exclusive(path, (record_json(record) + "\n").encode("utf-8"), numbered=False)
+        except FileExistsError:  # another process took this name between the check and the link
+            for file in made:
+                file.unlink(missing_ok=True)
 
 
 def read_record(path: Path) -> dict[str, Any]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from harness import distributed
 from harness.checkpoint import load_trainer_state, read_checkpoint_config, save_checkpoint
 from harness.config import Config
-from harness.errors import CheckpointError, ConfigError
+from harness.errors import CheckpointError, ConfigError, Interrupted, NumericalError
 from harness.logging import progress
 
 
@@ -152,6 +155,16 @@ class EMA:
             model.load_state_dict(backup)
 
 
+def _stop_requested(stop: _StopOnSignal, world: int) -> bool:
+    """Whether any rank got a stop signal (every rank then stops after the same step)."""
+    flag = torch.tensor([0.0 if stop.signum is None else float(stop.signum)], dtype=torch.float64)
+    if world > 1:
+        flag = distributed.all_reduce_sum(flag)
+        if stop.signum is None and float(flag) > 0:
+            stop.signum = signal.SIGTERM
+    return float(flag) > 0
+
+
 @torch.no_grad()
 def validation_loss(model, rows: torch.Tensor, mask: torch.Tensor, cfg: Config, device) -> float:
     """Mean training objective on a fixed slice of the validation rows with fixed randomness."""
@@ -169,11 +182,86 @@ def validation_loss(model, rows: torch.Tensor, mask: torch.Tensor, cfg: Config, 
     return total / max(count, 1)
 
 
+#: what a run writes into its folder (``--restart`` removes these, and nothing else)
+RUN_FILES = ("model.safetensors", "trainer_state.pt", "config.yaml", "tokenizer", "train_log.jsonl",
+             "train_log.stale.jsonl", "samples.png")
+LOG = "train_log.jsonl"
+
+
+def clear_run_folder(out: Path) -> None:
+    """Remove what a run wrote into ``out`` (for ``--restart``); other files are left alone."""
+    import shutil
+
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _prepare_log(out: Path, start_step: int) -> None:
+    """Make ``train_log.jsonl`` hold exactly the steps up to ``start_step``.
+
+    A resume drops the lines an interrupted run wrote after its last checkpoint (they are about to be
+    run again); a new run in a folder an aborted run left without a checkpoint moves that log aside
+    to ``train_log.stale.jsonl`` instead of appending to it."""
+    from harness.io import atomic_write_text
+
+    log = out / LOG
+    if not log.exists():
+        return
+    if start_step == 0:
+        os.replace(log, out / "train_log.stale.jsonl")
+        return
+    kept = []
+    for line in log.read_text().splitlines():
+        try:
+            if int(json.loads(line)["step"]) <= start_step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+    atomic_write_text(log, "".join(f"{line}\n" for line in kept))
+
+
+class _StopOnSignal:
+    """Turn the first SIGINT/SIGTERM into a request to stop after the current step.
+
+    The loop checks :attr:`signum` after each step, saves a checkpoint and stops; a second signal
+    aborts at once. Handlers are installed only in the main thread and restored on exit."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __enter__(self) -> "_StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _all_finite(*states: dict[str, torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(v).all()) for state in states for v in state.values() if v.dtype.is_floating_point)
+
+
 def train(
     cfg: Config,
     out: Path,
     *,
     resume: bool = False,
+    restart: bool = False,
     stop_after: int | None = None,
     device: str | None = None,
     quiet: bool = False,
@@ -181,21 +269,38 @@ def train(
 ) -> TrainResult:
     """Train ``cfg`` into the checkpoint folder ``out`` (see :mod:`harness.checkpoint`).
 
+    ``resume``: continue the run saved in ``out``; ``restart``: discard what a run left in ``out`` and
+    start over. The folder is locked while the run writes into it. SIGINT/SIGTERM save a resumable
+    checkpoint at the current step and raise :class:`harness.errors.Interrupted`.
     ``bar``: an existing :func:`harness.logging.progress` display to add this run's task to (so a
     multi-stage job shows one display); by default the run opens its own.
     """
+    from harness.io import FolderLock
+
+    out = Path(out)
+    if resume and restart:
+        raise ConfigError("--resume and --restart exclude each other", fix="pass one of them")
+    info = distributed.setup(device)
+    lock = FolderLock(out, what="run folder") if info.is_main else contextlib.nullcontext()
+    with lock:
+        return _train(cfg, out, info=info, resume=resume, restart=restart, stop_after=stop_after, quiet=quiet, bar=bar)
+
+
+def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_after: int | None, quiet: bool,
+           bar) -> TrainResult:
     from harness.data import get_corpus, get_tokenizer
     from harness.data.images import is_image_spec
     from harness.models import model_from_config
 
-    out = Path(out)
     cfg = resolve_image_config(cfg)
     image = is_image_spec(cfg.data.corpus)
-    info = distributed.setup(device)
+    if restart and info.is_main:
+        clear_run_folder(out)
+    distributed.barrier()
     if out.exists() and (out / "model.safetensors").exists() and not resume:
         raise CheckpointError(
             f"output folder {str(out)!r} already holds a checkpoint",
-            fix="pass --resume to continue it, or choose another --out",
+            fix="pass --resume to continue it, --restart to discard it and start over, or choose another --out",
         )
     start_step, state = 0, None
     if resume:
@@ -209,8 +314,15 @@ def train(
             )
         state = load_trainer_state(out)
         if state is None:
-            raise CheckpointError(f"--resume: {str(out)!r} has no trainer_state.pt", fix="this checkpoint cannot be resumed exactly")
+            raise CheckpointError(f"--resume: {str(out)!r} has no trainer_state.pt, so it cannot be resumed exactly",
+                                  fix="pass --restart to start the run over in this folder (its checkpoint is discarded)")
         start_step = int(state["step"])
+        if cfg.train.steps < start_step:
+            raise ConfigError(
+                f"--resume: train.steps={cfg.train.steps} is below the step the checkpoint in {str(out)!r} "
+                f"has reached ({start_step})",
+                fix=f"resume with train.steps >= {start_step}, or --restart to train from scratch",
+            )
 
     torch.manual_seed(cfg.seed)
     corpus = None if image else get_corpus(cfg.data.corpus)
@@ -255,11 +367,25 @@ def train(
         if cfg.train.precision == "bf16" and info.device.type == "cuda"
         else contextlib.nullcontext()
     )
-    log_path = out / "train_log.jsonl"
+    log_path = out / LOG
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
+        _prepare_log(out, start_step)
+    last_saved = start_step if resume else None
+
+    def where_finite() -> str:
+        if last_saved is None:
+            return f"no checkpoint was saved in {out}"
+        return f"the last finite checkpoint in {out} is at step {last_saved}"
 
     def save(step: int) -> None:
+        nonlocal last_saved
+        if not _all_finite(model.state_dict(), ema.shadow):
+            raise NumericalError(
+                f"training diverged: the weights are not finite at step {step}, so they were not saved; "
+                f"{where_finite()}",
+                fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite checkpoint)",
+            )
         if info.is_main:
             save_checkpoint(
                 out,
@@ -270,6 +396,7 @@ def train(
                 step=step,
                 trainer_state={"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "tokens_seen": step * cfg.train.batch_size * cfg.data.seq_len},
             )
+        last_saved = step
         distributed.barrier()
 
     last_loss, val_loss = float("nan"), None
@@ -277,7 +404,8 @@ def train(
     t0 = time.time()
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     model.train()
-    with (contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main)) as bar:
+    stop = _StopOnSignal()
+    with stop, (contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main)) as bar:
         task = bar.add_task(f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0)
         for step in range(start_step, end):
             for group in opt.param_groups:
@@ -295,9 +423,9 @@ def train(
                 with sync, autocast:
                     loss = ddp(x, generator=g_noise, attention_mask=m) / cfg.train.grad_accum
                 if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"training loss became {float(loss)} at step {step}; the last good checkpoint in {out} is kept "
-                        "(lower train.lr or raise train.warmup)"
+                    raise NumericalError(
+                        f"training diverged: the loss is {float(loss)} at step {step + 1}; {where_finite()}",
+                        fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite checkpoint)",
                     )
                 loss.backward()
                 step_loss += float(loss.detach())
@@ -321,6 +449,15 @@ def train(
                     fh.write(json.dumps(record) + "\n")
             if done % cfg.train.save_every == 0 or done == end:
                 save(done)
+            if _stop_requested(stop, info.world) and done < end:
+                if last_saved != done:
+                    save(done)
+                name = signal.Signals(stop.signum or signal.SIGINT).name
+                raise Interrupted(
+                    f"{name} received: stopped at step {done} of {cfg.train.steps}; a resumable checkpoint is in {out}",
+                    fix=f"continue it with the same command and --resume (primebench train ... --out {out} --resume)",
+                    exit_code=128 + int(stop.signum or signal.SIGINT),
+                )
     if end == start_step and info.is_main and not (out / "model.safetensors").exists():
         save(end)
     wall = time.time() - t0

@@ -292,6 +292,10 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
     from harness.evaluation import load_for_evaluation
 
     began = time.perf_counter()
+    if judge:
+        from harness.judges import check_judge_spec
+
+        check_judge_spec(judge)  # before anything loads
     _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
     the_judge = None
     if judge:

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from harness.errors import PrimebenchError
+from harness.errors import Interrupted, PrimebenchError
 
 
 class _Group(click.Group):
@@ -22,7 +22,7 @@ class _Group(click.Group):
             click.echo(f"error: {exc.problem}", err=True)
             if exc.fix:
                 click.echo(f"  fix: {exc.fix}", err=True)
-            ctx.exit(2)
+            ctx.exit(exc.exit_code if isinstance(exc, Interrupted) else 2)
         except (FileNotFoundError, FloatingPointError, ValueError) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)

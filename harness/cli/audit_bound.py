@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import out_option
+
 
 def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
     """Click callback: "C,ELL,L" -> (C, ell, L); None stays None (default 6,2,2 without CHECKPOINT)."""
@@ -34,7 +36,7 @@ def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
               help="Validation batches to score (with CHECKPOINT).")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="cpu", show_default=True, help="torch device for a checkpoint's model.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
+@out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
 def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, device, out, as_json):
     """Exact NLL vs the sub-token bound vs the paper's token-joint objective (nats/token).

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import out_option
+
 from harness.audit.gumbel_audit import DEFAULT_DRAWS, GPT2_VOCAB, MDLM_ELEMENT_BUDGET
 
 
@@ -65,8 +67,7 @@ def _parse_list(allowed: tuple[str, ...] | None, what: str):
               help=f"Draws per method and dtype. [default: {DEFAULT_DRAWS:,}; with --mdlm-step at most "
                    f"{MDLM_ELEMENT_BUDGET:,} / (V + 1), i.e. 333 at V = 50257]")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws (and of the Zipf ranks).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the JSON record into this folder.")
+@out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON instead of the table.")
 def gumbel_cmd(probs, mdlm_step, steps, vocab, dtypes, methods, draws, seed, out, as_json):
     """What a float32/float64 Gumbel-max draw really samples: intended vs Zheng et al.'s Prop. 5.2 vs the

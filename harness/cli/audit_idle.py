@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import int_list
+from harness.cli.options import int_list, out_option
 
 
 def _parse_ells(ctx, param, value: str) -> list[int]:
@@ -33,8 +33,7 @@ def _parse_ells(ctx, param, value: str) -> list[int]:
                    "the six default ells take ~40 s with 10 runs on 2 idle CPU cores, several times that on "
                    "a loaded machine (then use e.g. --runs 3).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the measured runs.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the JSON record into this folder.")
+@out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON instead of the table.")
 def idle_cmd(length, steps, ells, schedule, batch, runs, seed, out, as_json):
     """Idle-step ratio (ISR) of T-step ancestral sampling for each ell: analytic, whole-batch, expected

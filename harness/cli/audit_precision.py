@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import int_list
+from harness.cli.options import int_list, out_option
 
 
 @click.command("precision")
@@ -23,8 +23,7 @@ from harness.cli.options import int_list
 @click.option("--bits", is_flag=True, help="Entropy in bits instead of nats.")
 @click.option("--judge", default=None, help="Also report Gen PPL under this judge (smollm2, an HF causal LM folder, arm:CKPT).")
 @click.option("--device", default="cpu", show_default=True, help="torch device for the model and the draws.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Write the JSON record and its plot (same name, .png) into this folder.")
+@out_option("Write the JSON record and its plot (same name, .png) into this folder.", dest="out_dir")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
 def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls, batch_size, seed, bits, judge, device,
                   out_dir, as_json):

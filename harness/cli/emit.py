@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
 
 def emit_record(record: dict, *, out: Path | None, as_json: bool, render: Callable[[dict], None],
-                indent: int | None = 2) -> Path | None:
+                indent: int | None = 2, attachments: dict[str, tuple[str, bytes]] | None = None) -> Path | None:
     """Write ``record`` into the folder ``out`` (if given), then print it as JSON (``as_json``, with
     ``indent``) or through ``render``. Returns the written file, or None.
+
+    ``attachments``: files that go next to the record under its name (see
+    :func:`harness.records.write_record`); without ``out`` they are not written.
 
     Under torchrun only rank 0 writes and prints, so a record appears once whatever the world size.
     """
@@ -23,12 +25,16 @@ def emit_record(record: dict, *, out: Path | None, as_json: bool, render: Callab
     if out is not None:
         from harness.records import write_record
 
-        path = write_record(record, out)
+        path = write_record(record, out, attachments=attachments)
+        for key in attachments or {}:
+            console().log(f"{key.replace('_', ' ')} written to {record[key]}")
         console().log(f"record written to {path}")
     if as_json:
         import click
 
-        click.echo(json.dumps(record, indent=indent, default=str))
+        from harness.records import record_json
+
+        click.echo(record_json(record, indent=indent))
     else:
         render(record)
     return path

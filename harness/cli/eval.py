@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import LazyChoice, estimator_choices
+from harness.cli.options import LazyChoice, estimator_choices, out_option
 
 
 @click.group("eval")
@@ -17,18 +17,18 @@ def eval_group():
 @eval_group.command("ppl")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--data", default=None, help="CORPUS[:SPLIT], a zero-shot preset (ptb, wikitext2, ...), or PRESET@PATH. [default: the checkpoint's validation split]")
-@click.option("--seq-len", type=int, default=None, help="Row length L [default: the model's].")
+@click.option("--seq-len", type=click.IntRange(min=2), default=None, help="Row length L [default: the model's].")
 @click.option("--wrap/--no-wrap", default=None, help="MDLM wrapping into [BOS] chunk [EOS] rows, or one document per row [default: as trained].")
 @click.option("--eos-between-docs/--no-eos-between-docs", default=None, help="EOS after every document when wrapping [default: the preset's, else as trained].")
 @click.option("--remainder", type=click.Choice(["drop", "pad"]), default=None, help="Last partial row: drop (MDLM) or pad.")
-@click.option("--mc-samples", "-K", type=int, default=1, show_default=True, help="Monte-Carlo corruptions per sequence (diffusion families).")
-@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--mc-samples", "-K", type=click.IntRange(min=1), default=1, show_default=True, help="Monte-Carlo corruptions per sequence (diffusion families).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--estimator", type=LazyChoice(estimator_choices), default="default", show_default=True, help="default: the family's first estimator; both: every estimator it offers, side by side; or one by name (`primebench models` lists them; Prime: subtoken = valid bound, token_joint = paper objective).")
 @click.option("--time-sampler", type=click.Choice(["t", "n"]), default=None, help="t: MDLM time draw; n: exact mask count [default: the family's].")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-rows", type=int, default=None, help="Score only the first N rows (recorded).")
+@click.option("--max-rows", type=click.IntRange(min=1), default=None, help="Score only the first N rows (recorded).")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
+@out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_samples, batch_size, estimator, time_sampler, seed, max_rows, device, out, as_json):
     """Perplexity of CHECKPOINT: exact for the ARM, a bound for MDLM/masked/Prime (and Prime's paper objective)."""
@@ -51,16 +51,16 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
 @eval_group.command("zeroshot")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--tasks", default="wiki_rolling,wiki_lastword", show_default=True, help="Comma-separated: the local tasks wiki_rolling, wiki_lastword, or lm-eval task names (those need the network).")
-@click.option("--mc-samples", "-K", type=int, default=32, show_default=True, help="Monte-Carlo corruptions per request (diffusion families; the ARM is exact).")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Rows per forward pass.")
-@click.option("--limit", type=int, default=None, help="Score only the first N documents of each task (recorded).")
+@click.option("--mc-samples", "-K", type=click.IntRange(min=1), default=32, show_default=True, help="Monte-Carlo corruptions per request (diffusion families; the ARM is exact).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Rows per forward pass.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Score only the first N documents of each task (recorded).")
 @click.option("--time-sampler", type=click.Choice(["t", "n"]), default=None, help="n: exact mask count, weight N/n; t: MDLM time draw [default: n, t for time-conditioned networks].")
 @click.option("--sampler", default=None, help="Sampler for generation tasks [default: the family's].")
-@click.option("--steps", type=int, default=None, help="Sampler steps for generation tasks [default: max_gen_toks].")
-@click.option("--bootstrap-iters", type=int, default=0, show_default=True, help="lm-eval bootstrap iterations for standard errors (0: none).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Sampler steps for generation tasks [default: max_gen_toks].")
+@click.option("--bootstrap-iters", type=click.IntRange(min=0), default=0, show_default=True, help="lm-eval bootstrap iterations for standard errors (0: none).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Write the JSON record into this folder.")
+@out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler, sampler, steps, bootstrap_iters, seed, device, out, as_json):
     """Zero-shot tasks through lm-eval: exact for the ARM, bounds (perplexities) and estimates (accuracies) otherwise."""

@@ -41,3 +41,45 @@ def estimator_choices() -> list[str]:
     from harness.models import estimator_names
 
     return ["default", "both", *estimator_names()]
+
+
+def check_out_folder(path) -> None:
+    """Refuse an output folder that cannot be written before any work starts: a path that is a
+    file, sits under a file, or lies in a folder this user cannot write."""
+    import os
+    from pathlib import Path
+
+    from harness.errors import PrimebenchError
+
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise PrimebenchError(f"--out {str(path)!r} is a file, not a folder", fix="pass a folder (it is created if missing)")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise PrimebenchError(f"--out {str(path)!r} lies under the file {str(probe)!r}", fix="pass a folder path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PrimebenchError(f"--out {str(path)!r}: {str(probe)!r} is not writable", fix="pass a folder you can write")
+
+
+def _out_callback(ctx, param, value):
+    from pathlib import Path
+
+    from harness.errors import PrimebenchError
+
+    if value is None:
+        return None
+    try:
+        check_out_folder(value)
+    except PrimebenchError as exc:
+        raise click.BadParameter(exc.problem.removeprefix(f"--out {str(value)!r} ").strip() + f"; {exc.fix}") from None
+    return Path(value)
+
+
+def out_option(help: str = "Write the JSON record into this folder.", **kwargs):
+    """``--out DIR``: checked (not a file, writable) when parsed, before any work starts."""
+    return click.option("--out", kwargs.pop("dest", "out"), type=click.Path(), default=kwargs.pop("default", None),
+                        callback=_out_callback, help=help, **kwargs)

@@ -7,25 +7,30 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import out_option
+
 
 @click.command("train", context_settings={"ignore_unknown_options": False})
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Checkpoint folder [default: results/runs/NAME].")
+@out_option("Checkpoint folder [default: results/runs/NAME].")
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out exactly where it stopped.")
-@click.option("--stop-after", type=int, default=None, help="Stop (with a checkpoint) after this many steps in this invocation.")
+@click.option("--restart", is_flag=True, help="Discard the run saved in --out (weights, state, log) and start over.")
+@click.option("--stop-after", type=click.IntRange(min=1), default=None, help="Stop (with a checkpoint) after this many steps in this invocation.")
 @click.option("--device", default=None, help="cpu or cuda[:N] [default: cuda when available].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def train_cmd(config, overrides, out, resume, stop_after, device, as_json, quiet):
-    """Train CONFIG (a preset such as tiny/arm, or a YAML path) with dotted OVERRIDES (train.steps=200)."""
+def train_cmd(config, overrides, out, resume, restart, stop_after, device, as_json, quiet):
+    """Train CONFIG (a preset such as tiny/arm, or a YAML path) with dotted OVERRIDES (train.steps=200).
+
+    SIGINT or SIGTERM saves a resumable checkpoint at the current step and exits with 130 / 143."""
     from harness import distributed
     from harness.config import load_config
     from harness.training import train
 
     cfg = load_config(config, overrides)
     out = out or Path("results/runs") / cfg.name
-    result = train(cfg, out, resume=resume, stop_after=stop_after, device=device, quiet=quiet)
+    result = train(cfg, out, resume=resume, restart=restart, stop_after=stop_after, device=device, quiet=quiet)
     summary = {
         "out": str(result.out),
         "family": cfg.model.family,

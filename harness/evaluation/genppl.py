@@ -138,7 +138,11 @@ def run_genppl(
 
     from harness.evaluation import load_for_evaluation
 
+    from harness.judges import check_judge_spec
+
     t0 = time.time()
+    if judge_obj is None and judge:
+        check_judge_spec(judge)  # a typo or an unreachable hub is reported before anything loads
     info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
     device = str(model.device)
     the_judge = judge_obj if judge_obj is not None else (load_judge(judge, device=device) if judge else None)
@@ -200,8 +204,8 @@ def run_genppl(
     return record, out_rows
 
 
-def write_samples(rows: list[dict], path: Path) -> Path:
-    from harness.io import atomic_write_text
+def samples_jsonl(rows: list[dict]) -> bytes:
+    """Per-sample rows as JSON lines (strict JSON: a missing judge score is null)."""
+    from harness.records import record_json
 
-    atomic_write_text(Path(path), "".join(json.dumps(r) + "\n" for r in rows))
-    return Path(path)
+    return "".join(record_json(r, indent=None) + "\n" for r in rows).encode("utf-8")

@@ -144,9 +144,17 @@ def read_classifier(path: Path) -> tuple[DigitNet, dict]:
     if not path.is_file():
         raise PrimebenchError(f"digit classifier weights {str(path)!r} do not exist",
                               fix="load it with harness.fid.digits_classifier.load_classifier(DATASET) (trains and caches it)")
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    net = DigitNet(blob["height"], blob["width"])
-    net.load_state_dict(blob["state_dict"])
+    from harness.safe_load import load_torch_file
+
+    fix = f"delete {path} (the classifier is re-trained and cached on next use)"
+    blob = load_torch_file(path, what="digit classifier cache", fix=fix)
+    try:
+        net = DigitNet(int(blob["height"]), int(blob["width"]))
+        net.load_state_dict(blob["state_dict"])
+        float(blob["accuracy"]), int(blob["test_size"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise PrimebenchError(f"digit classifier cache {str(path)!r} does not hold a classifier "
+                              f"({type(exc).__name__}: {exc})".splitlines()[0], fix=fix) from exc
     net.eval().requires_grad_(False)
     return net, {k: v for k, v in blob.items() if k != "state_dict"}
 

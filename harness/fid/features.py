@@ -105,11 +105,20 @@ FEATURE_EXTRACTORS: Registry[Callable[..., FeatureSpace]] = Registry("feature ex
 
 @FEATURE_EXTRACTORS.register("inception")
 def _inception(*, inception_weights: str | Path | None = None, seed: int = 0) -> FeatureSpace:
+    from harness.safe_load import plain_tensor_copy
+
     path = inception_weights_path(inception_weights)
+    fix = f"use the original {INCEPTION_WEIGHTS_FILE} ({INCEPTION_WEIGHTS_URL})"
+    # torch-fidelity unpickles the file with weights_only=False: it only ever sees our plain copy
+    plain = plain_tensor_copy(path, what="Inception weights", fix=fix)
     from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
-    net = FeatureExtractorInceptionV3(FIDELITY_INCEPTION, ["2048", "logits_unbiased"],
-                                      feature_extractor_weights_path=str(path))
+    try:
+        net = FeatureExtractorInceptionV3(FIDELITY_INCEPTION, ["2048", "logits_unbiased"],
+                                          feature_extractor_weights_path=str(plain))
+    except (RuntimeError, KeyError, TypeError, AttributeError) as exc:
+        raise PrimebenchError(f"Inception weights {str(path)!r} do not fit torch-fidelity's InceptionV3 "
+                              f"({type(exc).__name__}: {exc})".splitlines()[0], fix=fix) from exc
     net.eval().requires_grad_(False)
 
     def both(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +127,7 @@ def _inception(*, inception_weights: str | Path | None = None, seed: int = 0) ->
 
     return FeatureSpace(
         name="inception", dim=2048, module=_FirstOutput(net, 2048), fidelity_name=FIDELITY_INCEPTION,
-        fidelity_weights=str(path), cache_key=f"inception2048-{path.name}-{path.stat().st_size}",
+        fidelity_weights=str(plain), cache_key=f"inception2048-{path.name}-{path.stat().st_size}",
         has_inception_score=True, both=both,
         info={"network": "torch-fidelity InceptionV3 (TF 2015-12-05 weights)", "layer": "2048-d pool",
               "weights": str(path), "input": "uint8 0..255, resized inside the network to 299x299"},

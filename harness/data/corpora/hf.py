@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from harness.data.corpora.base import CORPUS_KINDS, Corpus, make_corpus, split_hf_body
 from harness.errors import DataError, OfflineError
-from harness.offline import hf_offline, is_network_error
+from harness.offline import hf_offline, hub_reachable, is_network_error
 
 
 @CORPUS_KINDS.register("hf")
@@ -28,6 +28,11 @@ def _load_hf(arg: str) -> Corpus:
         raise OfflineError(
             f"corpus 'hf:{arg}' needs the network (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set)",
             fix=offline_fix,
+        )
+    if not hub_reachable():  # fail now rather than after the library's retries
+        raise OfflineError(
+            f"corpus 'hf:{arg}' needs the Hugging Face hub, which cannot be reached",
+            fix=offline_fix + "; with a cached copy, set HF_DATASETS_OFFLINE=1",
         )
     try:
         import datasets

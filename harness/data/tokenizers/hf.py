@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.data.tokenizers.base import TOKENIZER_KINDS, Tokenizer
 from harness.errors import DataError, OfflineError
-from harness.offline import hf_offline, is_network_error
+from harness.offline import hf_offline, hub_reachable, is_network_error
 
 if TYPE_CHECKING:
     from harness.data.corpora import Corpus
@@ -66,6 +66,9 @@ def _build_hf(arg: str, corpus: Corpus | None) -> Tokenizer:
             "(HF_HUB_OFFLINE is set)",
             fix=fix,
         )
+    if not hub_reachable():  # fail now rather than after the library's retries
+        raise OfflineError(f"tokenizer 'hf:{arg}' is not a local path and the Hugging Face hub cannot be reached",
+                           fix=fix + "; with a cached copy, set HF_HUB_OFFLINE=1")
     try:
         return load_transformers(arg, spec=f"hf:{arg}")
     except DataError as exc:

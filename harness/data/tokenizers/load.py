@@ -22,7 +22,11 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         raise DataError(
             f"no {CONFIG_FILE} in {directory}", fix="point at a folder written by save()"
         )
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise DataError(f"{config_path} is not valid YAML ({type(exc).__name__})",
+                        fix="restore the tokenizer folder from the run that wrote it") from exc
     if not isinstance(config, dict) or "kind" not in config or "spec" not in config:
         raise DataError(f"{config_path} is not a tokenizer config", fix="re-save the tokenizer")
     kind = config["kind"]
@@ -37,9 +41,14 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
                 f"{path} is missing (needed by {config_path})", fix="re-save the tokenizer"
             )
         meta = {k: config[k] for k in ("trained_on", "corpus_sha256", "split") if k in config}
-        tokenizer = BPETokenizer(
-            spec=config["spec"], kind=kind, backend=Backend.from_file(str(path)), meta=meta
-        )
+        try:
+            backend = Backend.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises a bare Exception for a bad file
+            raise DataError(
+                f"{path} is not a valid tokenizer file ({str(exc).splitlines()[0][:120]})",
+                fix="restore the tokenizer folder from the run that wrote it",
+            ) from exc
+        tokenizer = BPETokenizer(spec=config["spec"], kind=kind, backend=backend, meta=meta)
     elif kind == "hf":
         tokenizer = load_transformers(directory / HF_DIR, spec=config["spec"])
     else:
