@@ -424,7 +424,7 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
                     loss = ddp(x, generator=g_noise, attention_mask=m) / cfg.train.grad_accum
                 if not torch.isfinite(loss):
                     raise NumericalError(
-                        f"training diverged: the loss is {float(loss)} at step {step + 1}; {where_finite()}",
+                        f"training diverged: the loss is {float(loss.detach())} at step {step + 1}; {where_finite()}",
                         fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite checkpoint)",
                     )
                 loss.backward()

@@ -100,3 +100,27 @@ def test_checkpoint_configs_written_with_every_key_still_load():
     assert cfg.model.family == "arm" and cfg.model.d_model == 64
     with pytest.raises(ConfigError, match="model.ell"):  # a value that meant something is never dropped
         config_from_dict(drop_legacy_model_keys({"model": dict(legacy, ell=2)}))
+
+
+@pytest.mark.parametrize("text, value", [("3e-4", 3e-4), ("1e6", 1e6), ("3.0e-4", 3e-4), ("2E-3", 2e-3), (".5", 0.5)])
+def test_numbers_in_usual_notations_in_overrides_and_files(tmp_path, text, value):
+    from harness.config import load_config
+
+    assert load_config("tiny/arm", [f"train.lr={text}"]).train.lr == pytest.approx(value)
+    (tmp_path / "c.yaml").write_text(f"model: {{family: arm}}\ntrain: {{lr: {text}, steps: 1e3}}\n")
+    cfg = load_config(str(tmp_path / "c.yaml"))
+    assert cfg.train.lr == pytest.approx(value) and cfg.train.steps == 1000 and isinstance(cfg.train.steps, int)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.ema=2", "train.ema"), ("train.ema=-0.1", "train.ema"), ("train.lr=0", "train.lr"),
+    ("train.lr=-1e-3", "train.lr"), ("train.beta2=1", "train.beta2"), ("model.dropout=1.5", "model.dropout"),
+    ("train.warmup=-1", "train.warmup"), ("train.steps=0", "train.steps"), ("seed=-1", "seed"),
+    ("train.grad_clip=-1", "train.grad_clip"), ("train.lr=.inf", "finite"), ("train.steps=2.5", "integer"),
+])
+def test_numeric_keys_are_range_checked(override, message):
+    from harness.config import load_config
+
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config("tiny/arm", [override])
+    assert info.value.fix

@@ -60,3 +60,44 @@ def test_file_sha256_matches_hashlib_for_any_chunk(tmp_path):
     expected = hashlib.sha256(data).hexdigest()
     assert file_sha256(path) == expected
     assert file_sha256(path, chunk=7) == expected
+
+
+def test_create_exclusive_never_replaces(tmp_path):
+    from harness.io import create_exclusive
+
+    a = create_exclusive(tmp_path / "r.json", b"a")
+    b = create_exclusive(tmp_path / "r.json", b"b")
+    assert (a.name, b.name) == ("r.json", "r~1.json") and a.read_bytes() == b"a" and b.read_bytes() == b"b"
+    with pytest.raises(FileExistsError):
+        create_exclusive(tmp_path / "r.json", b"c", numbered=False)
+    assert a.read_bytes() == b"a" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r~1.json"]
+
+
+def test_safetensors_bytes_are_deterministic_and_readable(tmp_path):
+    import torch
+    from safetensors.torch import load, save
+
+    from harness.io import safetensors_bytes
+
+    tensors = {"b.w": torch.randn(3, 2), "a": torch.arange(5), "h": torch.ones(2, dtype=torch.bfloat16),
+               "m": torch.tensor([True, False]), "empty": torch.zeros(0)}
+    meta = {"step": "3", "family": "mdlm", "vocab_size": "257", "seq_len": "64", "format": "x", "mask_id": "257"}
+    data = safetensors_bytes(tensors, meta)
+    assert data == safetensors_bytes(dict(reversed(list(tensors.items()))), dict(reversed(list(meta.items()))))
+    back = load(data)
+    assert back.keys() == tensors.keys() and all(torch.equal(back[k], tensors[k]) for k in tensors)
+    # the library's own writer orders the metadata by hash map: its bytes differ between saves
+    library = {save(tensors, metadata=meta) for _ in range(8)}
+    assert len(library) > 1
+
+
+def test_folder_lock_is_exclusive_and_released(tmp_path):
+    from harness.errors import PrimebenchError
+    from harness.io import FolderLock
+
+    with FolderLock(tmp_path / "run"):
+        with pytest.raises(PrimebenchError, match=f"pid {os.getpid()}"):
+            with FolderLock(tmp_path / "run"):
+                pass
+    with FolderLock(tmp_path / "run"):
+        pass

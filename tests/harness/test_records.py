@@ -52,3 +52,52 @@ def test_read_record_errors(tmp_path):
     other.write_text(json.dumps({"schema": "something-else"}))
     with pytest.raises(PrimebenchError, match="not a primebench record"):
         read_record(other)
+
+
+def _write_many(args):
+    out_dir, count = args
+    from harness.records import write_record as write
+
+    return [str(write(_record(), out_dir)) for _ in range(count)]
+
+
+def test_concurrent_writers_never_overwrite_or_lose_a_record(tmp_path):
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        paths = [p for part in pool.map(_write_many, [(tmp_path, 40), (tmp_path, 40)]) for p in part]
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(set(paths)) == 80 and len(files) == 80
+    assert all(read_record(f)["schema"] == SCHEMA for f in files)
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_attachments_follow_their_record_name(tmp_path):
+    first = _record()
+    p1 = write_record(first, tmp_path, attachments={"samples_file": (".samples.jsonl", b"one\n")})
+    second = _record()
+    p2 = write_record(second, tmp_path, attachments={"samples_file": (".samples.jsonl", b"two\n")})
+    assert p2.name == p1.stem + "~1.json"
+    assert read_record(p1)["samples_file"] == str(tmp_path / f"{p1.stem}.samples.jsonl")
+    assert read_record(p2)["samples_file"] == str(tmp_path / f"{p2.stem}.samples.jsonl")
+    assert (tmp_path / f"{p1.stem}.samples.jsonl").read_bytes() == b"one\n"
+    assert (tmp_path / f"{p2.stem}.samples.jsonl").read_bytes() == b"two\n"
+
+
+def test_a_non_finite_metric_is_an_error_and_records_are_strict_json(tmp_path):
+    from harness.errors import NumericalError
+    from harness.records import record_json
+
+    with pytest.raises(NumericalError, match="not finite"):
+        make_record("ppl", model={"name": "m", "checkpoint": "runs/x"}, protocol={}, seed=0,
+                    metrics={"nll": Metric(float("nan"), None, "bound", "nats/token")})
+    record = _record(extra_value=float("inf"), per_row=[1.0, float("nan")])
+    text = record_json(record)
+
+    def refuse(token):
+        raise ValueError(token)
+
+    back = json.loads(text, parse_constant=refuse)  # no NaN / Infinity tokens anywhere
+    assert back["protocol"]["extra_value"] is None and back["protocol"]["per_row"] == [1.0, None]
+    path = write_record(record, tmp_path)
+    json.loads(path.read_text(), parse_constant=refuse)

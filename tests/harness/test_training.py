@@ -88,3 +88,140 @@ def test_ddp_two_cpu_processes_match_one(tmp_path):
     assert len(summaries) == 1, "only rank 0 prints the summary"
     train(load_config(args[0], args[1:4]), tmp_path / "one", quiet=True)
     assert _max_diff(_weights(tmp_path / "ddp"), _weights(tmp_path / "one")) < 1e-5
+
+
+# --- hardening: interruption, locks, logs, divergence -------------------------------------------------
+
+def _cli(*args, **kwargs):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, **kwargs)
+
+
+def _log_steps(run):
+    return [json.loads(line)["step"] for line in (run / "train_log.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("signum, code", [(15, 143), (2, 130)])
+def test_signal_saves_a_resumable_checkpoint_and_resume_is_bit_identical(tmp_path, signum, code):
+    import signal as _signal
+    import time
+
+    run = tmp_path / "run"
+    overrides = ["train.steps=100000", "train.eval_every=100000", "train.save_every=100000"]
+    proc = _cli("train", "tiny/arm", *overrides, "--out", str(run), "--quiet")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        log = run / "train_log.jsonl"
+        if log.exists() and len(log.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert _signal.Signals(signum).name in err and "--resume" in err
+    stopped = int(torch.load(run / "trainer_state.pt", weights_only=True)["step"])
+    assert stopped >= 3 and _log_steps(run) == list(range(1, stopped + 1))
+    if signum != 15:
+        return
+    # resume to a few steps beyond, and compare with an uninterrupted run: same bytes
+    target = [f"train.steps={stopped + 2}", "train.eval_every=100000", "train.save_every=100000"]
+    train(load_config("tiny/arm", target), run, quiet=True, resume=True)
+    train(load_config("tiny/arm", target), tmp_path / "full", quiet=True)
+    assert (run / "model.safetensors").read_bytes() == (tmp_path / "full" / "model.safetensors").read_bytes()
+    assert _log_steps(run) == list(range(1, stopped + 3))
+
+
+def test_a_locked_run_folder_refuses_a_second_writer(tmp_path):
+    from harness.errors import PrimebenchError
+    from harness.io import FolderLock
+
+    cfg = load_config("tiny/arm", ["train.steps=2"])
+    with FolderLock(tmp_path / "r", what="run folder"):
+        with pytest.raises(PrimebenchError, match="in use by another process"):
+            train(cfg, tmp_path / "r", quiet=True)
+    assert not (tmp_path / "r" / "model.safetensors").exists()
+    train(cfg, tmp_path / "r", quiet=True)  # released: the run goes ahead
+    assert (tmp_path / "r" / "model.safetensors").exists()
+
+
+def test_two_concurrent_runs_in_one_folder_one_is_refused(tmp_path):
+    run = tmp_path / "r"
+    overrides = ["train.steps=60", "train.eval_every=1000", "train.save_every=1000"]
+    first = _cli("train", "tiny/arm", *overrides, "--out", str(run), "--quiet")
+    import time
+
+    deadline = time.time() + 120
+    while not (run / ".lock").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-m", "harness", "train", "tiny/arm", *overrides, "--out", str(run), "--quiet"],
+                            capture_output=True, text=True, timeout=120)
+    first.communicate(timeout=180)
+    assert first.returncode == 0
+    assert second.returncode == 2 and "in use by another process" in second.stderr
+    assert _log_steps(run) == list(range(1, 61))
+
+
+def test_stale_log_is_not_appended_and_resume_drops_unsaved_steps(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "train_log.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "loss": 9.0}\n')  # an aborted run
+    cfg = load_config("tiny/arm", ["train.steps=4", "train.save_every=4", "train.eval_every=4"])
+    train(cfg, run, quiet=True)
+    assert _log_steps(run) == [1, 2, 3, 4] and (run / "train_log.stale.jsonl").exists()
+    with open(run / "train_log.jsonl", "a") as fh:  # steps an interrupted run logged after its last save
+        fh.write('{"step": 5, "loss": 1.0}\n{"step": 6, "loss": 1.0}\n{"step": 7, "lo')
+    train(load_config("tiny/arm", ["train.steps=6", "train.save_every=4", "train.eval_every=4"]), run, quiet=True, resume=True)
+    assert _log_steps(run) == [1, 2, 3, 4, 5, 6]
+
+
+def test_corrupt_state_points_to_restart_and_restart_starts_over(tmp_path):
+    cfg = load_config("tiny/arm", ["train.steps=4", "train.save_every=2"])
+    train(cfg, tmp_path / "r", quiet=True, stop_after=2)
+    (tmp_path / "r" / "trainer_state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="corrupt") as info:
+        train(cfg, tmp_path / "r", quiet=True, resume=True)
+    assert "--restart" in info.value.fix
+    (tmp_path / "r" / "trainer_state.pt").unlink()
+    with pytest.raises(CheckpointError) as info:
+        train(cfg, tmp_path / "r", quiet=True, resume=True)
+    assert "--restart" in info.value.fix
+    with pytest.raises(CheckpointError, match="already holds a checkpoint") as info:
+        train(cfg, tmp_path / "r", quiet=True)
+    assert "--restart" in info.value.fix
+    result = train(cfg, tmp_path / "r", quiet=True, restart=True)
+    assert result.step == 4 and _log_steps(tmp_path / "r") == [1, 2, 3, 4]
+    train(cfg, tmp_path / "fresh", quiet=True)
+    assert (tmp_path / "r" / "model.safetensors").read_bytes() == (tmp_path / "fresh" / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match="exclude"):
+        train(cfg, tmp_path / "r", quiet=True, resume=True, restart=True)
+
+
+def test_resume_with_fewer_steps_than_saved_is_an_error(tmp_path):
+    train(load_config("tiny/arm", ["train.steps=4", "train.save_every=4"]), tmp_path / "r", quiet=True)
+    with pytest.raises(ConfigError, match="below the step"):
+        train(load_config("tiny/arm", ["train.steps=2"]), tmp_path / "r", quiet=True, resume=True)
+
+
+def test_divergence_never_saves_non_finite_weights(tmp_path):
+    from harness.errors import NumericalError
+
+    cfg = load_config("tiny/arm", ["train.steps=6", "train.lr=1e6", "train.warmup=0", "train.save_every=1", "train.grad_clip=0"])
+    with pytest.raises(NumericalError) as info:
+        train(cfg, tmp_path / "r", quiet=True)
+    saved = int(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)["step"]) if (tmp_path / "r" / "trainer_state.pt").exists() else None
+    message = info.value.problem
+    if saved is None:
+        assert "no checkpoint was saved" in message
+    else:
+        assert f"last finite checkpoint in {tmp_path / 'r'} is at step {saved}" in message
+        weights = _weights(tmp_path / "r")
+        assert all(bool(torch.isfinite(v).all()) for v in weights.values() if v.dtype.is_floating_point)
+
+
+def test_same_run_gives_the_same_checkpoint_bytes(tmp_path):
+    cfg = load_config("tiny/mdlm", ["train.steps=3", "train.save_every=3"])
+    train(cfg, tmp_path / "a", quiet=True)
+    train(cfg, tmp_path / "b", quiet=True)
+    for name in ("model.safetensors", "trainer_state.pt", "config.yaml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
