@@ -146,20 +146,22 @@ def test_a_locked_run_folder_refuses_a_second_writer(tmp_path):
 
 
 def test_two_concurrent_runs_in_one_folder_one_is_refused(tmp_path):
-    run = tmp_path / "r"
-    overrides = ["train.steps=60", "train.eval_every=1000", "train.save_every=1000"]
-    first = _cli("train", "tiny/arm", *overrides, "--out", str(run), "--quiet")
     import time
 
+    run = tmp_path / "r"
+    overrides = ["train.steps=100000", "train.eval_every=100000", "train.save_every=100000"]
+    first = _cli("train", "tiny/arm", *overrides, "--out", str(run), "--quiet")
     deadline = time.time() + 120
-    while not (run / ".lock").exists() and time.time() < deadline:
+    while not (run / "train_log.jsonl").exists() and time.time() < deadline:
         time.sleep(0.05)
     second = subprocess.run([sys.executable, "-m", "harness", "train", "tiny/arm", *overrides, "--out", str(run), "--quiet"],
                             capture_output=True, text=True, timeout=120)
-    first.communicate(timeout=180)
-    assert first.returncode == 0
+    first.send_signal(15)
+    first.communicate(timeout=120)
     assert second.returncode == 2 and "in use by another process" in second.stderr
-    assert _log_steps(run) == list(range(1, 61))
+    assert first.returncode == 143
+    stopped = int(torch.load(run / "trainer_state.pt", weights_only=True)["step"])
+    assert _log_steps(run) == list(range(1, stopped + 1))  # one run's steps, once each
 
 
 def test_stale_log_is_not_appended_and_resume_drops_unsaved_steps(tmp_path):

@@ -146,3 +146,51 @@ def test_sharded_over_two_processes_equals_one(trained):
     assert sharded["protocol"]["world_size"] == 2 and sharded["protocol"]["samples"] == 5
     for key in ("gen_ppl", "entropy_model", "entropy_judge", "nfe"):
         assert sharded["metrics"][key]["value"] == pytest.approx(single["metrics"][key]["value"], rel=1e-9)
+
+
+def test_judge_specs_are_checked_before_anything_loads(tmp_path, monkeypatch):
+    import time
+
+    import harness.offline
+    from harness.errors import OfflineError, PrimebenchError
+    from harness.judges import check_judge_spec
+
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the hub was asked"))
+    for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(flag, raising=False)
+    monkeypatch.setattr(harness.offline, "hub_reachable", lambda timeout=3.0: True)
+    with pytest.raises(PrimebenchError, match="unknown judge 'smolm2'") as info:
+        check_judge_spec("smolm2")
+    assert "did you mean 'smollm2'" in info.value.fix
+    (tmp_path / "notamodel").mkdir()
+    with pytest.raises(PrimebenchError, match="not a model"):
+        check_judge_spec(str(tmp_path / "notamodel"))
+    with pytest.raises(PrimebenchError, match="does not exist"):
+        check_judge_spec(str(tmp_path / "missing"))
+    assert check_judge_spec("gpt2-large") == "hub"
+    monkeypatch.setattr(harness.offline, "hub_reachable", lambda timeout=3.0: False)
+    began = time.perf_counter()
+    with pytest.raises(OfflineError, match="unreachable"):
+        check_judge_spec("gpt2-large")
+    assert time.perf_counter() - began < 1.0
+    # the CLI reports the judge (and a bad --steps) without loading the checkpoint
+    res = CliRunner().invoke(main, ["eval", "genppl", str(tmp_path / "no-such-ckpt"), "--judge", "smolm2"])
+    assert res.exit_code == 2 and "smollm2" in res.output and "no-such-ckpt" not in res.output
+    res = CliRunner().invoke(main, ["eval", "genppl", str(tmp_path / "no-such-ckpt"), "--steps", "0"])
+    assert res.exit_code == 2 and "--steps" in res.output
+
+
+def test_two_runs_into_one_folder_keep_their_own_samples(trained, tmp_path):
+    args = ["eval", "genppl", str(trained("mdlm")), "--samples", "2", "--steps", "4", "--judge",
+            f"arm:{trained('arm')}", "--out", str(tmp_path), "--json"]
+    first = json.loads(CliRunner().invoke(main, args + ["--seed", "0"]).stdout)
+    second = json.loads(CliRunner().invoke(main, args + ["--seed", "0"]).stdout)
+    records = sorted(tmp_path.glob("*.json"))
+    assert len(records) == 2 and first["samples_file"] != second["samples_file"]
+    for path in records:
+        record = json.loads(path.read_text())
+        assert record["samples_file"] == str(path.with_suffix(".samples.jsonl"))
+        assert len(open(record["samples_file"]).read().splitlines()) == 2

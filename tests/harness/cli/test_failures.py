@@ -1,0 +1,92 @@
+"""The README's "Bad input and failure" table, row by row, through the CLI: each input gets its
+message, its exit code, and keeps what was already written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", "ppl", "CKPT"], ["eval", "genppl", "CKPT"], ["eval", "zeroshot", "CKPT", "--tasks", "x"],
+    ["eval", "fid", "CKPT"], ["audit", "idle", "--length", "8", "--steps", "8", "--ell", "1"],
+    ["audit", "precision", "CKPT"], ["audit", "bound", "--toy", "4,2,2"], ["train", "tiny/arm"],
+])
+def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, command):
+    target = tmp_path / "taken.txt"
+    target.write_text("keep me")
+    res = _run(*[str(tmp_path / "missing-ckpt") if a == "CKPT" else a for a in command], "--out", str(target))
+    assert res.exit_code == 2 and "is a file" in res.output
+    assert "missing-ckpt" not in res.output  # refused before the checkpoint was even looked at
+    assert target.read_text() == "keep me"
+
+
+def test_nan_weights_are_an_error_and_no_record_is_written(trained, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    ckpt = tmp_path / "nan"
+    shutil.copytree(trained("mdlm"), ckpt)
+    tensors = {k: v.clone() for k, v in load_file(str(ckpt / "model.safetensors")).items()}
+    for key in tensors:
+        if tensors[key].dtype.is_floating_point:
+            tensors[key].fill_(float("nan"))
+    save_file(tensors, str(ckpt / "model.safetensors"), metadata={"step": "20"})
+    res = _run("eval", "ppl", str(ckpt), "--max-rows", "2", "--out", str(tmp_path / "rec"))
+    assert res.exit_code == 2 and "not finite" in res.output and "fix:" in res.output
+    assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").iterdir())
+
+
+def test_train_with_yaml_float_notation_and_range_errors(tmp_path):
+    ok = _run("train", "tiny/arm", "train.steps=2", "train.lr=3e-4", "--out", str(tmp_path / "r"), "--quiet", "--json")
+    assert ok.exit_code == 0, ok.output
+    bad = _run("train", "tiny/arm", "train.ema=2", "--out", str(tmp_path / "s"))
+    assert bad.exit_code == 2 and "train.ema" in bad.output and "[0, 1)" in bad.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_restart_flag_and_exit_codes_on_the_cli(tmp_path):
+    args = ["train", "tiny/arm", "train.steps=2", "--out", str(tmp_path / "r"), "--quiet"]
+    assert _run(*args).exit_code == 0
+    again = _run(*args)
+    assert again.exit_code == 2 and "--restart" in again.output
+    assert _run(*args, "--restart").exit_code == 0
+    both = _run(*args, "--restart", "--resume")
+    assert both.exit_code == 2 and "exclude" in both.output
+
+
+def test_offline_hub_data_fails_at_once(monkeypatch):
+    import harness.offline
+
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(flag, raising=False)
+    monkeypatch.setattr(harness.offline, "hub_reachable", lambda timeout=3.0: False)
+    began = time.perf_counter()
+    res = _run("data", "info", "hf:wikitext:wikitext-2-raw-v1:validation")
+    assert res.exit_code == 2 and "cannot be reached" in res.output and "HF_DATASETS_OFFLINE" in res.output
+    assert time.perf_counter() - began < 5
+
+
+def test_sigterm_during_an_evaluation_leaves_no_partial_record(trained, tmp_path):
+    out = tmp_path / "rec"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "eval", "ppl", str(trained("mdlm")), "--mc-samples", "2000", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not out.exists() or not [p for p in out.iterdir()]
