@@ -18,18 +18,19 @@ import torch
 from harness.metrics.entropy import MeanEntropy
 
 
-def _sample_batch(model, tokenizer, *, sampler, steps, n, dtype, method, nucleus_p, temperature, seed):
+def _sample_batch(model, tokenizer, *, sampler, steps, n, dtype, method, nucleus_p, temperature, seed,
+                  nucleus_rule="cross"):
     from harness.sampling import generate
 
     g = torch.Generator(device=model.device).manual_seed(seed)
     return generate(
         model, sampler, num_samples=n, batch_size=n, steps=steps, temperature=temperature, nucleus_p=nucleus_p,
-        dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id,
+        nucleus_rule=nucleus_rule, dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id,
     )
 
 
 def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype, method, nucleus_p, temperature,
-                     batch_size, seed, max_length, rank: int = 0, world: int = 1):
+                     batch_size, seed, max_length, rank: int = 0, world: int = 1, nucleus_rule: str = "cross"):
     """Draw and score this rank's batches. Returns (per-sample rows, sampler protocol, sampling seconds).
 
     Batch b (of ``batch_size`` samples) is drawn with its own generator seeded by (seed, b) and is
@@ -37,7 +38,7 @@ def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype,
     number of ranks.
     """
     from harness.evaluation.ppl import batch_seed
-    from harness.metrics.genppl import score_texts
+    from harness.metrics.genppl import score_ids, to_judge_ids
     
     rows, protocol, wall = [], None, 0.0
     for b, start in enumerate(range(0, samples, batch_size)):
@@ -46,13 +47,15 @@ def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype,
         n = min(batch_size, samples - start)
         t0 = time.time()
         out = _sample_batch(model, tokenizer, sampler=sampler, steps=steps, n=n, dtype=dtype, method=method,
-                            nucleus_p=nucleus_p, temperature=temperature, seed=batch_seed(seed, b))
+                            nucleus_p=nucleus_p, temperature=temperature, seed=batch_seed(seed, b),
+                            nucleus_rule=nucleus_rule)
         wall += time.time() - t0
         protocol = out.protocol
         texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
         judged = None
         if judge is not None:
-            metric, judge_ids = score_texts(judge, texts, max_length=max_length, batch_size=n)
+            samples_ids = [to_judge_ids(r.tolist(), tokenizer, judge) for r in out.tokens]
+            metric, judge_ids = score_ids(judge, samples_ids, max_length=max_length, batch_size=n)
             judged = (metric.nats, metric.counts, judge_ids, metric.truncated_flags)
         for i, text in enumerate(texts):
             rows.append({
@@ -117,6 +120,7 @@ def run_genppl(
     dtype: str = "float64",
     method: str = "gumbel",
     nucleus_p: float = 1.0,
+    nucleus_rule: str = "cross",
     temperature: float = 1.0,
     seq_len: int | None = None,
     judge: str | None = "smollm2",
@@ -139,6 +143,7 @@ def run_genppl(
     from harness.evaluation import load_for_evaluation
 
     from harness.judges import check_judge_spec
+    from harness.metrics.genppl import separator_ids
 
     t0 = time.time()
     if judge_obj is None and judge:
@@ -157,7 +162,8 @@ def run_genppl(
     try:
         rows, sampler_protocol, sample_wall = sample_and_score(
             model, tokenizer, the_judge, sampler=sampler, steps=steps, samples=samples, dtype=dtype, method=method,
-            nucleus_p=nucleus_p, temperature=temperature, batch_size=batch_size, seed=seed, max_length=max_length,
+            nucleus_p=nucleus_p, nucleus_rule=nucleus_rule, temperature=temperature, batch_size=batch_size, seed=seed,
+            max_length=max_length,
             rank=info.rank, world=info.world,
         )
     finally:
@@ -188,7 +194,11 @@ def run_genppl(
         judge=None if the_judge is None else the_judge.spec,
         judge_description=None if the_judge is None else the_judge.description,
         judge_retokenization={"special_tokens_added": False, "max_length": max_length, "pad": "judge EOS (never counted)",
-                              "counted_targets": "non-EOS targets plus the first EOS (MDLM)"} if the_judge else None,
+                              "counted_targets": "non-EOS targets plus the first EOS (MDLM)",
+                              "separators": {"model_ids": separator_ids(tokenizer), "judge_eos_id": int(the_judge.eos_id),
+                                             "rule": "text between separators re-encoded; each separator -> the judge's EOS"},
+                              "separators_mapped": sum(sum(1 for t in r["tokens"] if t in set(separator_ids(tokenizer)))
+                                                       for r in rows)} if the_judge else None,
         judge_truncated_samples=None if the_judge is None else sum(1 for r in rows if r["judge_truncated"]),
         gen_ppl_aggregation="token-weighted over all samples: exp(sum nats / sum counted targets)",
         entropy={"definition": "per-sample unigram entropy of token ids, mean over samples",

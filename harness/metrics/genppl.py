@@ -86,14 +86,48 @@ class GenPPL(Accumulator):
         )
 
 
+def separator_ids(tokenizer) -> list[int]:
+    """The model's separator ids (its BOS and EOS; GPT-2 uses one id for both)."""
+    return sorted({i for i in (getattr(tokenizer, "bos_id", None), getattr(tokenizer, "eos_id", None)) if i is not None})
+
+
+def to_judge_ids(tokens: list[int], tokenizer, judge) -> list[int]:
+    """A sample's model ids -> the judge's ids: text between separators is decoded and re-encoded
+    with the judge's tokenizer, and each model separator becomes the judge's own EOS.
+
+    Decoding the separator as text instead (``<|endoftext|>``) makes the judge score it as about ten
+    ordinary tokens and hides it from the "non-EOS plus first EOS" rule; MDLM's GPT-2 round trip maps
+    it back to the one EOS id, which is what this does for every judge."""
+    seps = set(separator_ids(tokenizer))
+    out: list[int] = []
+    segment: list[int] = []
+    for token in tokens:
+        if token in seps:
+            if segment:
+                out.extend(judge.encode(tokenizer.decode(segment)))
+                segment = []
+            out.append(int(judge.eos_id))
+        else:
+            segment.append(int(token))
+    if segment:
+        out.extend(judge.encode(tokenizer.decode(segment)))
+    return out
+
+
 def score_texts(judge, texts: list[str], *, max_length: int, batch_size: int = 8):
-    """Score decoded samples with a judge. Returns ``(GenPPL metric, judge ids per sample)``."""
+    """Score decoded samples with a judge (plain text, no separators). Returns ``(GenPPL metric,
+    judge ids per sample)``; samples with separators go through :func:`to_judge_ids` and
+    :func:`score_ids`."""
+    return score_ids(judge, [judge.encode(t) for t in texts], max_length=max_length, batch_size=batch_size)
+
+
+def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: int = 8):
+    """Score samples given as judge ids. Returns ``(GenPPL metric, judge ids per sample)``."""
     metric = GenPPL()
     all_ids: list[list[int]] = []
     window = min(max_length, judge.context)
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
-        encoded = [judge.encode(t) for t in chunk]
+    for start in range(0, len(samples), batch_size):
+        encoded = [list(ids) for ids in samples[start : start + batch_size]]
         for ids in encoded:
             metric.truncated_flags.append(len(ids) > max_length)
         encoded = [ids[:max_length] for ids in encoded]

@@ -155,22 +155,33 @@ def sample_categorical(probs: torch.Tensor | None = None, logits: torch.Tensor |
     return scores.argmax(dim=-1)
 
 
-def nucleus_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
-    """Top-p (nucleus) filtering over the last dim: keep the smallest set of most likely classes whose
-    mass is >= p (ties in the order of ``torch.sort``), zero the rest, renormalise. ``p = 1`` returns
-    ``probs`` unchanged. Works in the input's dtype (the sampling dtype is applied by
-    :func:`sample_categorical`)."""
+#: ``cross``: the smallest set of top classes whose mass reaches p (the class that crosses p is kept;
+#: Holtzman et al., HF transformers, DUO). ``below``: the top classes whose cumulative mass, their own
+#: included, is <= p, and always the most likely one (BD3-LMs and MDM-Prime's code).
+NUCLEUS_RULES = ("cross", "below")
+
+
+def nucleus_filter(probs: torch.Tensor, p: float, rule: str = "cross") -> torch.Tensor:
+    """Top-p (nucleus) filtering over the last dim by ``rule`` (see :data:`NUCLEUS_RULES`; ties in
+    the order of ``torch.sort``), zero the rest, renormalise. ``p = 1`` returns ``probs`` unchanged.
+    Works in the input's dtype (the sampling dtype is applied by :func:`sample_categorical`)."""
     if not 0.0 < p <= 1.0:
         raise PrimebenchError(f"nucleus p must lie in (0, 1], got {p!r}", fix="use e.g. 0.9 or 1.0 (off)")
+    if rule not in NUCLEUS_RULES:
+        raise PrimebenchError(f"unknown nucleus rule {rule!r}", fix=f"use one of {', '.join(NUCLEUS_RULES)}")
     if p == 1.0:
         return probs
     _check_probs(probs)
     q = probs / probs.sum(-1, keepdim=True)
     sorted_q, order = torch.sort(q, dim=-1, descending=True)
-    mass_before = torch.cumsum(sorted_q, dim=-1) - sorted_q  # mass of strictly more likely classes
-    # A class is needed while the mass before it is still short of p; the slack makes a set whose
-    # mass equals p up to rounding (e.g. .5 + .3 for p = .8) count as reaching it.
-    keep_sorted = mass_before < p - 8 * torch.finfo(q.dtype).eps
+    if rule == "below":
+        keep_sorted = torch.cumsum(sorted_q, dim=-1) <= p
+        keep_sorted[..., 0] = True
+    else:
+        mass_before = torch.cumsum(sorted_q, dim=-1) - sorted_q  # mass of strictly more likely classes
+        # A class is needed while the mass before it is still short of p; the slack makes a set whose
+        # mass equals p up to rounding (e.g. .5 + .3 for p = .8) count as reaching it.
+        keep_sorted = mass_before < p - 8 * torch.finfo(q.dtype).eps
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     kept = torch.where(keep, q, torch.zeros_like(q))
     return kept / kept.sum(-1, keepdim=True)
@@ -184,4 +195,4 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(logits / temperature, dim=-1)
 
 
-__all__ = ["METHODS", "parse_dtype", "sample_categorical", "nucleus_filter", "apply_temperature"]
+__all__ = ["METHODS", "NUCLEUS_RULES", "parse_dtype", "sample_categorical", "nucleus_filter", "apply_temperature"]

@@ -32,7 +32,7 @@ from harness.errors import PrimebenchError
 from harness.registry import Registry
 from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
-from harness.sampling.categorical import METHODS, parse_dtype
+from harness.sampling.categorical import METHODS, NUCLEUS_RULES, parse_dtype
 from harness.sampling.maskgit import run_maskgit
 from harness.sampling.settings import NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
 from harness.sampling.units import UnitModel
@@ -156,7 +156,7 @@ def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) ->
 
 
 def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype, method, noise_removal,
-              cache, t_end) -> SamplerSettings:
+              cache, t_end, nucleus_rule="cross") -> SamplerSettings:
     if spec.uses_steps:
         steps = int(model.seq_len) if steps is None else _positive_int("steps", steps)
     elif steps is not None:
@@ -166,6 +166,8 @@ def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype,
         raise PrimebenchError(f"temperature must be a positive finite number, got {temperature!r}")
     if not (isinstance(nucleus_p, (int, float)) and 0 < nucleus_p <= 1):
         raise PrimebenchError(f"nucleus_p must lie in (0, 1], got {nucleus_p!r}", fix="1.0 turns nucleus sampling off")
+    if nucleus_rule not in NUCLEUS_RULES:
+        raise PrimebenchError(f"unknown nucleus rule {nucleus_rule!r}", fix=f"use one of {', '.join(NUCLEUS_RULES)}")
     if method not in METHODS:
         raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
     if noise_removal not in NOISE_REMOVAL:
@@ -176,7 +178,8 @@ def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype,
         cache = not bool(getattr(model, "time_conditioning", False))
     return SamplerSettings(steps=steps, temperature=float(temperature), nucleus_p=float(nucleus_p),
                            dtype=parse_dtype(dtype), method=method, noise_removal=noise_removal,
-                           cache=bool(cache) and spec.name == "ancestral", t_end=float(t_end))
+                           cache=bool(cache) and spec.name == "ancestral", t_end=float(t_end),
+                           nucleus_rule=nucleus_rule)
 
 
 def _merge(batches: list[BatchResult], wall: list[float]):
@@ -201,6 +204,7 @@ def generate(
     steps: int | None = None,
     temperature: float = 1.0,
     nucleus_p: float = 1.0,
+    nucleus_rule: str = "cross",
     dtype: str | torch.dtype = "float64",
     method: str = "gumbel",
     noise_removal: str = "argmax",
@@ -228,7 +232,8 @@ def generate(
     num_samples = _positive_int("num_samples", num_samples)
     batch_size = _positive_int("batch_size", batch_size)
     settings = _settings(model, spec, steps=steps, temperature=temperature, nucleus_p=nucleus_p, dtype=dtype,
-                         method=method, noise_removal=noise_removal, cache=cache, t_end=t_end)
+                         method=method, noise_removal=noise_removal, cache=cache, t_end=t_end,
+                         nucleus_rule=nucleus_rule)
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
     device = model.device
     gen = _generator(generator, device)
@@ -267,6 +272,7 @@ def generate(
         "method": settings.method,
         "temperature": settings.temperature,
         "nucleus_p": settings.nucleus_p,
+        "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
         "noise_removal": settings.noise_removal if spec.name == "ancestral" else None,
         "cache": settings.cache,
         "cache_exact": (not time_cond) if settings.cache else None,

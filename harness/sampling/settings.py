@@ -36,6 +36,7 @@ class SamplerSettings:
     noise_removal: str
     cache: bool
     t_end: float
+    nucleus_rule: str = "cross"
 
 
 @dataclass

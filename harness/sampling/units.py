@@ -70,7 +70,7 @@ def shaped_log_probs(log_p: torch.Tensor, settings: SamplerSettings) -> torch.Te
     if settings.temperature != 1.0:
         log_p = apply_temperature(log_p, settings.temperature)
     if settings.nucleus_p < 1.0:
-        log_p = torch.log(nucleus_filter(torch.exp(log_p), settings.nucleus_p))
+        log_p = torch.log(nucleus_filter(torch.exp(log_p), settings.nucleus_p, settings.nucleus_rule))
     return log_p
 
 

@@ -114,11 +114,16 @@ def test_cli_genppl_writes_record_and_samples(trained, tmp_path):
     assert bad.exit_code == 2
 
 
-def test_smollm2_offline_judge_loads_and_scores():
-    """The offline default judge: a GGUF inside an installed package, loaded with transformers."""
+@pytest.fixture(scope="module")
+def smollm2_judge():
     from harness.judges import load_judge
 
-    judge = load_judge("smollm2")
+    return load_judge("smollm2")
+
+
+def test_smollm2_offline_judge_loads_and_scores(smollm2_judge):
+    """The offline default judge: a GGUF inside an installed package, loaded with transformers."""
+    judge = smollm2_judge
     good, _ = score_texts(judge, ["The capital of France is Paris. It is a large city in Europe."], max_length=64)
     bad, _ = score_texts(judge, ["Paris city the a Europe in capital large is France. of It is"], max_length=64)
     assert good.compute().gen_ppl < bad.compute().gen_ppl
@@ -194,3 +199,45 @@ def test_two_runs_into_one_folder_keep_their_own_samples(trained, tmp_path):
         record = json.loads(path.read_text())
         assert record["samples_file"] == str(path.with_suffix(".samples.jsonl"))
         assert len(open(record["samples_file"]).read().splitlines()) == 2
+
+
+class _FakeTokenizer:
+    bos_id = eos_id = 9
+
+    def decode(self, ids):
+        return "".join("<|endoftext|>" if i == 9 else chr(ord("a") + i) for i in ids)
+
+
+class _FakeJudge:
+    def __init__(self, eos_id):
+        self.eos_id = eos_id
+
+    def encode(self, text):  # one id per character, as a byte-level judge would (no special tokens)
+        return [ord(c) for c in text]
+
+
+@pytest.mark.parametrize("judge_eos", [0, 2, 50256])
+def test_model_separators_become_the_judges_own_eos(judge_eos):
+    from harness.metrics.genppl import counted_targets, separator_ids, to_judge_ids
+
+    tok, judge = _FakeTokenizer(), _FakeJudge(judge_eos)
+    assert separator_ids(tok) == [9]
+    ids = to_judge_ids([9, 0, 1, 9, 2, 9], tok, judge)
+    assert ids == [judge_eos, ord("a"), ord("b"), judge_eos, ord("c"), judge_eos]
+    # decoding the separator as text would have given 13 ordinary ids each, none of them EOS
+    assert len(judge.encode(tok.decode([9, 0, 1, 9, 2, 9]))) == 3 + 3 * len("<|endoftext|>")
+    # the counting rule now sees the separators: the leading one is the first EOS (not a target)
+    counted = counted_targets(torch.tensor([ids]), judge_eos)[0].tolist()
+    assert counted == [True, True, False, True, False]
+
+
+def test_every_judge_kind_gets_separators_mapped_and_recorded(trained, arm_judge, smollm2_judge):
+    from harness.evaluation.genppl import run_genppl
+
+    for spec, judge in ((f"arm:{trained('arm')}", arm_judge), ("smollm2", smollm2_judge)):
+        # the ARM's samples start with its BOS (256), a separator in every sample
+        record, rows = run_genppl(trained("arm"), samples=2, judge=spec, judge_obj=judge)
+        sep = record["protocol"]["judge_retokenization"]["separators"]
+        assert sep["judge_eos_id"] == judge.eos_id and sep["model_ids"] == [256]
+        mapped = record["protocol"]["judge_retokenization"]["separators_mapped"]
+        assert mapped == sum(r["tokens"].count(256) for r in rows) and mapped >= 2  # BOS of each sample at least

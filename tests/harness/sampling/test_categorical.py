@@ -221,3 +221,28 @@ def test_real_float32_draw_is_distorted_as_the_grid_model_says(method):
     assert abs(unmasked - grid) < 4 * math.sqrt(grid)
     assert unmasked < intended - 5 * math.sqrt(intended)
     assert unmasked > prop52 + 2 * math.sqrt(prop52)
+
+
+def test_nucleus_below_rule_known_answers_and_reference_formula():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]], dtype=torch.float64)
+    # p = .7: the class that crosses (.3) is kept by "cross", cut by "below"
+    assert torch.allclose(nucleus_filter(probs, 0.7, "cross")[0], torch.tensor([0, 0.625, 0, 0.375], dtype=torch.float64))
+    assert torch.allclose(nucleus_filter(probs, 0.7, "below")[0], torch.tensor([0, 1.0, 0, 0], dtype=torch.float64))
+    # p below the top class: both keep the top class only
+    assert torch.equal(nucleus_filter(probs, 0.2, "below"), nucleus_filter(probs, 0.2, "cross"))
+    # BD3-LMs / MDM-Prime: sort, cumulative sum <= p, keep the first, renormalise
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 50, generator=g, dtype=torch.float64) * 3
+    q = torch.softmax(logits, -1)
+    for p in (0.5, 0.9, 0.95):
+        s, idx = q.sort(-1, descending=True)
+        keep = s.cumsum(-1) <= p
+        keep[..., 0] = True
+        ref = torch.zeros_like(q).scatter(-1, idx, s * keep)
+        ref = ref / ref.sum(-1, keepdim=True)
+        assert torch.allclose(nucleus_filter(q, p, "below"), ref, atol=0, rtol=1e-12)
+    # on peaked rows the two rules give measurably different filtered entropies
+    ent = lambda d: float(-(d * d.clamp_min(1e-300).log()).sum(-1).mean())  # noqa: E731
+    assert ent(nucleus_filter(q, 0.9, "cross")) - ent(nucleus_filter(q, 0.9, "below")) > 0.05
+    with pytest.raises(PrimebenchError, match="nucleus rule"):
+        nucleus_filter(probs, 0.5, "above")

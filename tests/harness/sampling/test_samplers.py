@@ -288,6 +288,12 @@ def test_protocol_records_every_setting():
     for key, value in dict(sampler="ancestral", steps=4, dtype="float32", method="race", temperature=0.9,
                            nucleus_p=0.95, noise_removal="sample", cache=True).items():
         assert out.protocol[key] == value, key
+    assert out.protocol["nucleus_rule"] == "cross"
+    below = generate(model, num_samples=3, steps=4, nucleus_p=0.5, nucleus_rule="below", generator=0)
+    assert below.protocol["nucleus_rule"] == "below"
+    assert generate(model, num_samples=1, steps=4, generator=0).protocol["nucleus_rule"] is None  # p = 1: no filter
+    with pytest.raises(PrimebenchError, match="nucleus rule"):
+        generate(model, num_samples=1, steps=4, nucleus_p=0.5, nucleus_rule="top")
 
 
 def test_noise_removal_fills_what_the_grid_leaves():
