@@ -6,7 +6,12 @@ __version__ = "0.1.0"
 
 
 def load(path, *, ema: bool = True, device: str = "cpu"):
-    """Load ``(model, tokenizer, config)`` from a checkpoint folder written by ``primebench train``."""
+    """Load ``(model, tokenizer, config)`` from a checkpoint folder written by ``primebench train``,
+    or from ``hf:NAME_OR_PATH`` (an HF causal LM, evaluated as the ARM family)."""
     from harness.checkpoint import load_checkpoint
+    from harness.models.hf_causal import hf_arm, is_hf_source
+
+    if is_hf_source(path):
+        return hf_arm(str(path), device=device)
 
     return load_checkpoint(path, ema=ema, device=device)

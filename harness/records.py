@@ -89,9 +89,11 @@ def device_description(device) -> str:
 def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, family: str | None = None) -> dict[str, Any]:
     block: dict[str, Any] = {"name": name, "family": family}
     if checkpoint is not None:
-        checkpoint = Path(checkpoint)
         block["checkpoint"] = str(checkpoint)
-        weights = checkpoint / "model.safetensors"
+        folder = str(checkpoint)
+        if folder.startswith("hf:"):  # an HF model: hash its (single-file) safetensors weights if local
+            folder = folder[3:].partition("#")[0]
+        weights = Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:
         from harness.models import family_class

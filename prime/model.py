@@ -108,16 +108,28 @@ class Prime(MaskedDiffusion):
         logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
         return restricted_log_probs(logits, z_t, C=self.vocab_size, base=self.base, ell=self.ell, carry_over=self.carry_over)
 
-    def unit_terms(self, log_p, x0, units, masked, estimator: str) -> torch.Tensor:
+    def unit_terms(self, log_p, x0, units, masked, estimator: str, scored=None) -> torch.Tensor:
         if estimator == "subtoken":
             return subtoken_nll_terms(log_p, units, masked, self.base, self.ell)
         if estimator == "token_joint":
+            # without carry-over a token whose sub-tokens are all visible is not one-hot, and the
+            # official code scores it too (with carry-over its term is log 1 = 0 either way)
+            if not self.carry_over and scored is not None:
+                return token_joint_nll_terms(log_p, x0, masked | scored[..., None])
             return token_joint_nll_terms(log_p, x0, masked)
         raise ValueError(f"unknown estimator {estimator!r}: use 'subtoken' (bound) or 'token_joint' (paper objective)")
 
     # -- facts ------------------------------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:
-        return {"ell": self.ell, "base": self.base, "carry_over": self.carry_over}
+        out = {"ell": self.ell, "base": self.base, "carry_over": self.carry_over}
+        if self.carry_over != bool(self.hparams.get("carry_over", self.carry_over)):
+            out["carry_over_trained"] = bool(self.hparams["carry_over"])  # overridden at evaluation
+        return out
+
+    def set_carry_over(self, carry_over: bool) -> None:
+        """Evaluate with (or without) carry-over whatever the checkpoint was trained with (the release
+        trains some models without it and evaluates them with it); recorded in :meth:`protocol`."""
+        self.carry_over = bool(carry_over)
 
     @classmethod
     def label(cls, cfg) -> str:

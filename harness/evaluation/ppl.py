@@ -31,12 +31,14 @@ def evaluate_nll(
     nll_kwargs: dict | None = None,
     rank: int = 0,
     world: int = 1,
+    corruptible: torch.Tensor | None = None,
 ) -> PerplexityResult:
     """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted.
 
     Batches are fixed slices of ``batch_size`` rows, each with its own seeded generator, and batch
     b is scored by rank ``b % world``; the reduced result is therefore the same for any number of
-    ranks (up to the order of float64 sums).
+    ranks (up to the order of float64 sums). ``corruptible`` (N, L) bool: the positions scored (and,
+    for diffusion families, the only ones ever masked); the others are given context.
     """
     model.eval()
     acc = NLLAccumulator()
@@ -46,7 +48,10 @@ def evaluate_nll(
         g = torch.Generator(device=model.device).manual_seed(batch_seed(seed, index))
         x = input_ids[start : start + batch_size].to(model.device)
         m = None if attention_mask is None else attention_mask[start : start + batch_size].to(model.device)
-        acc.update(model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **(nll_kwargs or {})))
+        kw = dict(nll_kwargs or {})
+        if corruptible is not None:
+            kw["corruptible"] = corruptible[start : start + batch_size].to(model.device)
+        acc.update(model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **kw))
     if world > 1:
         kinds = [None] * world
         import torch.distributed as dist
@@ -75,8 +80,11 @@ def estimator_plan(model, estimator: str):
 
 
 def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, batch_size: int, mc_samples: int,
-               seed: int, info, units: tuple[str, str], exp_name: str) -> tuple[dict, dict]:
+               seed: int, info, units: tuple[str, str], exp_name: str, ignore_bos: bool = False) -> tuple[dict, dict]:
     """Score every row with each planned estimator: (metrics, protocol fields shared by text and images).
+
+    ``ignore_bos``: position 0 of every row is given context, never masked and never scored
+    (BD3-LMs' ``ignore_bos``, which their zero-shot numbers use).
 
     ``units``: the (nll, per-unit) names, e.g. ("nats/token", "perplexity"); ``exp_name`` names the
     second metric (``ppl``, or ``bpd`` for images, which is nats / ln 2 rather than exp).
@@ -88,9 +96,14 @@ def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, ba
     sampler = (time_sampler or model.default_time_sampler) if model.uses_time_sampler else None
     metrics: dict[str, Metric] = {}
     first = None
+    corruptible = None
+    if ignore_bos:
+        corruptible = mask.bool().clone()
+        corruptible[:, 0] = False
     for est in plan:
         res = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
-                           nll_kwargs={"estimator": est.name, "time_sampler": sampler}, rank=info.rank, world=info.world)
+                           nll_kwargs={"estimator": est.name, "time_sampler": sampler}, rank=info.rank, world=info.world,
+                           corruptible=corruptible)
         first = first or res
         metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
         if exp_name == "bpd":
@@ -105,6 +118,7 @@ def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, ba
         "time_sampler": None if sampler is None else TIME_SAMPLERS[sampler] + f" [{sampler}]",
         "stderr_method": first.stderr_method,
         "schedule": model.hparams.get("schedule"),
+        "ignore_bos": bool(ignore_bos),
     }
     return metrics, protocol, {est.suffix or "nll": est.kind for est in plan}
 
@@ -185,8 +199,12 @@ def run_ppl(
     seed: int = 0,
     max_rows: int | None = None,
     device: str = "cpu",
+    ignore_bos: bool = False,
+    carry_over: bool | None = None,
 ) -> dict:
-    """Evaluate a checkpoint's perplexity (or bound) on a dataset and return a result record."""
+    """Evaluate a checkpoint's perplexity (or bound) on a dataset and return a result record.
+
+    ``ignore_bos``: the first position of every row is context, never masked or scored (BD3-LMs)."""
     import time as _time
     from pathlib import Path
 
@@ -196,10 +214,13 @@ def run_ppl(
     from harness.records import make_record, model_block
 
     t0 = _time.time()
-    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
+    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over)
     d = cfg.data
     image_spec = _image_spec(data, cfg)
     if image_spec is not None:
+        if ignore_bos:
+            raise DataError("--ignore-bos applies to text rows ([BOS] chunk [EOS]); image rows have no BOS",
+                            fix="drop --ignore-bos for image data")
         metrics, protocol = run_image_bpd(model, tokenizer, cfg, image_spec, estimator=estimator, time_sampler=time_sampler,
                                           mc_samples=mc_samples, batch_size=batch_size, seed=seed, max_rows=max_rows, info=info)
     else:
@@ -226,7 +247,8 @@ def run_ppl(
             ids, mask = ids[:max_rows], mask[:max_rows]
         metrics, shared, kinds = score_rows(
             model, ids, mask, estimator=estimator, time_sampler=time_sampler, batch_size=batch_size,
-            mc_samples=mc_samples, seed=seed, info=info, units=("nats/token", "perplexity"), exp_name="ppl")
+            mc_samples=mc_samples, seed=seed, info=info, units=("nats/token", "perplexity"), exp_name="ppl",
+            ignore_bos=ignore_bos)
         protocol = {
             "dataset": dataset.name,
             "data": spec,

@@ -140,6 +140,13 @@ class ModelFamily(nn.Module):
         """Family settings that a record's protocol carries (e.g. Prime's ell, base, carry-over)."""
         return {}
 
+    def set_carry_over(self, carry_over: bool) -> None:
+        """Override carry-over at evaluation (families with sub-tokens); others refuse."""
+        from harness.errors import PrimebenchError
+
+        raise PrimebenchError(f"--carry-over/--no-carry-over applies to Prime checkpoints; this is a {self.family!r} model",
+                              fix="drop the flag")
+
     @classmethod
     def label(cls, cfg: ModelConfig) -> str:
         """How tables name a model of this family with config ``cfg``."""

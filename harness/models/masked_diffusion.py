@@ -10,7 +10,8 @@ that estimator; a family says only what differs:
 
 * ``units(x0)``: (B, L) tokens -> its clean units, (B, L) or (B, L, ell), and ``mask_id``;
 * ``log_probs(z_t, t)``: (B, L, C) log p_theta(x_0^i = c | z_t);
-* ``unit_terms(log_p, x0, units, masked, estimator)``: (B, L) nats per token for one corruption.
+* ``unit_terms(log_p, x0, units, masked, estimator, scored)``: (B, L) nats per token for one
+  corruption (``scored``: the (B, L) tokens being scored).
 
 :meth:`nll` is the one Monte-Carlo estimator that ``eval ppl``, the lm-eval adapter and
 ``prime.bounds``' Monte-Carlo mode all run; ``corruptible`` marks the tokens it may mask (the
@@ -117,8 +118,9 @@ class MaskedDiffusion(ModelFamily):
         return tokens
 
     def unit_terms(self, log_p: torch.Tensor, x0: torch.Tensor, units: torch.Tensor, masked: torch.Tensor,
-                   estimator: str) -> torch.Tensor:
-        """(B, L) nats per token for one corruption: -log p(x_0^i | z_t) where token i is masked."""
+                   estimator: str, scored: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) nats per token for one corruption: -log p(x_0^i | z_t) where token i is masked.
+        ``scored`` (B, L): the tokens the NLL covers (a superset of the masked ones)."""
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return torch.where(masked, -true, torch.zeros_like(true))
 
@@ -153,7 +155,7 @@ class MaskedDiffusion(ModelFamily):
         u = diffusion.batch_stratified_uniform(x0.shape[0], generator=generator, device=x0.device)
         z_t, masked, weight, t = self.corrupt(units, u, self.unit_mask(tokens), self.train_sampler, generator)
         log_p = self.log_probs(z_t, None if t is None else t.float(), attention_mask)
-        nats = self.unit_terms(log_p, x0, units, masked, self.train_estimator).sum(-1)
+        nats = self.unit_terms(log_p, x0, units, masked, self.train_estimator, tokens).sum(-1)
         return (weight.to(torch.float32) * nats).sum() / tokens.sum().clamp_min(1)
 
     @torch.no_grad()
@@ -183,7 +185,7 @@ class MaskedDiffusion(ModelFamily):
         nats, stderr = diffusion.monte_carlo_nelbo(
             x0, units=units, valid=self.unit_mask(tokens),
             log_probs=lambda z_t, t: self.log_probs(z_t, t, attention_mask),
-            unit_terms=lambda log_p, masked: self.unit_terms(log_p, x0, units, masked, est.name),
+            unit_terms=lambda log_p, masked: self.unit_terms(log_p, x0, units, masked, est.name, tokens),
             schedule=self.schedule, mask_id=self.mask_id, sampler=time_sampler or self.default_nll_sampler,
             num_samples=num_samples, generator=generator, time_conditioning=self.time_conditioning,
         )

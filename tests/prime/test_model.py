@@ -217,3 +217,45 @@ def test_prime_errors():
         p.nll(torch.tensor([[0, 10, 1, 2]]), num_samples=2)
     with pytest.raises(ValueError, match="seq_len=4"):
         p.loss(torch.zeros(1, 5, dtype=torch.long))
+
+
+def test_token_joint_without_carry_over_scores_visible_tokens_as_the_official_code():
+    """Official MDM-Prime: -log p_theta(x0) * weight at every position; without carry-over a fully
+    visible token's log-probability is not 0, so dropping it (as we once did) changes the number."""
+    model = randomize(build_model("prime", vocab_size=11, seq_len=6, ell=2, carry_over=False, d_model=16,
+                                  n_layers=1, n_heads=2), seed=3, std=0.5)
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 11, (3, 6), generator=g)
+    units = model.units(x0)
+    masked = torch.rand(units.shape, generator=g) < 0.4
+    z_t = torch.where(masked, torch.full_like(units, model.mask_id), units)
+    with torch.no_grad():
+        log_p = model.log_probs(z_t, None)
+    scored = torch.ones(3, 6, dtype=torch.bool)
+    official = -log_p.gather(-1, x0[..., None]).squeeze(-1)  # every position
+    terms = model.unit_terms(log_p, x0, units, masked, "token_joint", scored)
+    assert torch.allclose(terms, official)
+    visible = ~masked.any(-1)
+    assert visible.any() and (official[visible] > 0).all()
+    # positions that are not scored (context, padding) still contribute nothing
+    scored[:, :2] = False
+    assert (model.unit_terms(log_p, x0, units, masked & scored[..., None], "token_joint", scored)[:, :2] == 0).all()
+    # with carry-over a visible token is one-hot: its term is 0 with or without the rule
+    model.set_carry_over(True)
+    with torch.no_grad():
+        log_p = model.log_probs(z_t, None)
+    terms = model.unit_terms(log_p, x0, units, masked, "token_joint", torch.ones(3, 6, dtype=torch.bool))
+    assert torch.allclose(terms[visible], torch.zeros_like(terms[visible]), atol=1e-6)
+
+
+def test_carry_over_override_at_evaluation_is_recorded(trained):
+    from harness.errors import PrimebenchError
+    from harness.evaluation.ppl import run_ppl
+
+    base = run_ppl(trained("prime"), max_rows=4, estimator="both")
+    off = run_ppl(trained("prime"), max_rows=4, estimator="both", carry_over=False)
+    assert base["protocol"]["carry_over"] is True and "carry_over_trained" not in base["protocol"]
+    assert off["protocol"]["carry_over"] is False and off["protocol"]["carry_over_trained"] is True
+    assert off["metrics"]["nll_token_joint"]["value"] != base["metrics"]["nll_token_joint"]["value"]
+    with pytest.raises(PrimebenchError, match="applies to Prime"):
+        run_ppl(trained("mdlm"), max_rows=2, carry_over=True)

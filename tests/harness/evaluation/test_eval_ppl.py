@@ -110,3 +110,18 @@ def test_sharded_over_two_processes_equals_one(trained, tmp_path):
         assert sharded["metrics"][key]["value"] == pytest.approx(single["metrics"][key]["value"], rel=1e-9)
         assert sharded["metrics"][key]["stderr"] == pytest.approx(single["metrics"][key]["stderr"], rel=1e-9)
     assert sharded["protocol"]["tokens_scored"] == single["protocol"]["tokens_scored"]
+
+
+def test_ignore_bos_gives_position_zero_as_context(trained):
+    from harness.errors import DataError
+
+    arm = [run_ppl(trained("arm"), max_rows=6, ignore_bos=flag) for flag in (False, True)]
+    # the ARM never scores its first token: the flag changes nothing but the record
+    assert arm[0]["metrics"]["nll"]["value"] == arm[1]["metrics"]["nll"]["value"]
+    assert arm[1]["protocol"]["ignore_bos"] is True and arm[0]["protocol"]["ignore_bos"] is False
+    plain, ignored = (run_ppl(trained("mdlm"), max_rows=6, mc_samples=2, ignore_bos=flag) for flag in (False, True))
+    L = plain["protocol"]["seq_len"]
+    assert plain["protocol"]["tokens_scored"] == 6 * L and ignored["protocol"]["tokens_scored"] == 6 * (L - 1)
+    assert ignored["metrics"]["nll"]["value"] != plain["metrics"]["nll"]["value"]
+    with pytest.raises(DataError, match="ignore-bos"):
+        run_ppl(trained("mdlm"), data="image:digits:test", ignore_bos=True)
