@@ -7,11 +7,15 @@ __version__ = "0.1.0"
 
 def load(path, *, ema: bool = True, device: str = "cpu"):
     """Load ``(model, tokenizer, config)`` from a checkpoint folder written by ``primebench train``,
-    or from ``hf:NAME_OR_PATH`` (an HF causal LM, evaluated as the ARM family)."""
+    from ``hf:NAME_OR_PATH`` (an HF causal LM, evaluated as the ARM family), or from
+    ``mdlm-hf:PATH`` (a published MDLM checkpoint in the HF layout, evaluated as MDLM)."""
     from harness.checkpoint import load_checkpoint
     from harness.models.hf_causal import hf_arm, is_hf_source
+    from harness.models.mdlm_import import is_mdlm_hf_source, mdlm_hf
 
     if is_hf_source(path):
         return hf_arm(str(path), device=device)
+    if is_mdlm_hf_source(path):
+        return mdlm_hf(str(path), device=device)
 
     return load_checkpoint(path, ema=ema, device=device)

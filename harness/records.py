@@ -91,8 +91,9 @@ def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, f
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
         folder = str(checkpoint)
-        if folder.startswith("hf:"):  # an HF model: hash its (single-file) safetensors weights if local
-            folder = folder[3:].partition("#")[0]
+        for prefix in ("hf:", "mdlm-hf:"):  # imported sources: hash their (single-file) safetensors weights
+            if folder.startswith(prefix):
+                folder = folder[len(prefix):].partition("#")[0]
         weights = Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:

@@ -1,0 +1,132 @@
+"""MDLM's DiT, exactly, so that published MDLM checkpoints give the original log-probabilities.
+
+Written from the architecture of Sahoo et al.'s DiT (the ``kuleshov-group/mdlm-owt`` layout):
+
+* ``vocab_embed.embedding`` (V, D) with V = C + 1 (the mask id is C);
+* ``sigma_map``: sinusoidal features of sigma (256, cos then sin, max period 10^4) -> Linear -> SiLU
+  -> Linear to ``cond_dim``; the conditioning vector is SiLU of that (sigma = 0 without time
+  conditioning, so c is a constant the weights were trained with);
+* per block: LayerNorm without bias (computed in float32, then scaled), adaLN modulation
+  (``cond_dim`` -> 6 D: shift/scale/gate for attention and MLP), fused QKV without bias, rotary
+  embeddings on q and k (base 10^4, the rotate-half convention with frequencies repeated over both
+  halves), bidirectional attention, output projection without bias, a tanh-GELU MLP of width 4 D;
+  residuals ``x + gate * f(modulate(norm(x)))``;
+* ``output_layer``: LayerNorm, adaLN (shift, scale), Linear D -> V.
+
+Attention runs through ``scaled_dot_product_attention`` (the original uses flash-attn's varlen
+kernel, the same function). Parameter names are the checkpoint's, so loading is a strict
+``load_state_dict`` and every key is accounted for.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FREQUENCY_FEATURES = 256
+
+
+class _Norm(nn.Module):
+    """LayerNorm without bias, normalised in float32 and then scaled."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x.float(), (x.shape[-1],)) * self.weight
+
+
+class _SigmaMap(nn.Module):
+    def __init__(self, cond_dim: int):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(FREQUENCY_FEATURES, cond_dim), nn.SiLU(), nn.Linear(cond_dim, cond_dim))
+
+    def forward(self, sigma: torch.Tensor) -> torch.Tensor:
+        half = FREQUENCY_FEATURES // 2
+        freqs = torch.exp(-math.log(10_000) * torch.arange(half, dtype=torch.float32, device=sigma.device) / half)
+        angles = sigma.float()[:, None] * freqs[None]
+        return self.mlp(torch.cat([angles.cos(), angles.sin()], dim=-1))
+
+
+def _modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x * (1 + scale) + shift
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+class _Block(nn.Module):
+    def __init__(self, dim: int, n_heads: int, cond_dim: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.norm1 = _Norm(dim)
+        self.attn_qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.attn_out = nn.Linear(dim, dim, bias=False)
+        self.norm2 = _Norm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim))
+        self.adaLN_modulation = nn.Linear(cond_dim, 6 * dim)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+        qkv = self.attn_qkv(_modulate(self.norm1(x), shift1, scale1)).view(B, L, 3, self.n_heads, D // self.n_heads)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, d)
+        q, k = _rotate(q.float(), cos, sin), _rotate(k.float(), cos, sin)
+        attn = F.scaled_dot_product_attention(q, k, v.float()).transpose(1, 2).reshape(B, L, D)
+        x = x + gate1 * self.attn_out(attn)
+        return x + gate2 * self.mlp(_modulate(self.norm2(x), shift2, scale2))
+
+
+class _Final(nn.Module):
+    def __init__(self, dim: int, vocab: int, cond_dim: int):
+        super().__init__()
+        self.norm_final = _Norm(dim)
+        self.linear = nn.Linear(dim, vocab)
+        self.adaLN_modulation = nn.Linear(cond_dim, 2 * dim)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        shift, scale = self.adaLN_modulation(c)[:, None].chunk(2, dim=-1)
+        return self.linear(_modulate(self.norm_final(x), shift, scale))
+
+
+class _Embedding(nn.Module):
+    def __init__(self, vocab: int, dim: int):
+        super().__init__()
+        self.embedding = nn.Parameter(torch.zeros(vocab, dim))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embedding[ids]
+
+
+class MDLMDiT(nn.Module):
+    """(B, L) ids, (B,) sigma -> (B, L, V) logits, as the original DiT computes them (float32)."""
+
+    def __init__(self, *, vocab_size: int, hidden_dim: int, cond_dim: int, n_blocks: int, n_heads: int):
+        super().__init__()
+        head = hidden_dim // n_heads
+        if head * n_heads != hidden_dim or head % 2:
+            raise ValueError(f"hidden_dim {hidden_dim} must split into {n_heads} heads of an even size")
+        self.vocab_embed = _Embedding(vocab_size, hidden_dim)
+        self.sigma_map = _SigmaMap(cond_dim)
+        self.blocks = nn.ModuleList(_Block(hidden_dim, n_heads, cond_dim) for _ in range(n_blocks))
+        self.output_layer = _Final(hidden_dim, vocab_size, cond_dim)
+        self.register_buffer("inv_freq", 1.0 / 10_000 ** (torch.arange(0, head, 2).float() / head), persistent=False)
+
+    def forward(self, ids: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        x = self.vocab_embed(ids).float()
+        c = F.silu(self.sigma_map(sigma))
+        angles = torch.arange(ids.shape[1], device=ids.device, dtype=torch.float32)[:, None] * self.inv_freq[None]
+        angles = torch.cat([angles, angles], dim=-1)  # (L, d): frequencies over both halves
+        cos, sin = angles.cos(), angles.sin()
+        for block in self.blocks:
+            x = block(x, cos, sin, c)
+        return self.output_layer(x, c).float()
+
+
+__all__ = ["MDLMDiT"]
