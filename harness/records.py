@@ -91,10 +91,10 @@ def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, f
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
         folder = str(checkpoint)
-        for prefix in ("hf:", "mdlm-hf:"):  # imported sources: hash their (single-file) safetensors weights
+        for prefix in ("hf:", "mdlm-hf:", "mdlm-ckpt:"):  # imported sources: hash their weights file
             if folder.startswith(prefix):
                 folder = folder[len(prefix):].partition("#")[0]
-        weights = Path(folder) / "model.safetensors"
+        weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:
         from harness.models import family_class

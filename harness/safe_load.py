@@ -96,4 +96,81 @@ def plain_tensor_copy(path: str | Path, *, what: str, fix: str) -> Path:
     return copy
 
 
-__all__ = ["UnsafeFileError", "load_torch_file", "check_pickles_in_folder", "plain_tensor_copy", "PICKLE_SUFFIXES"]
+
+
+#: where the classes of a Lightning checkpoint's hyper-parameters live (a Hydra/omegaconf config, a
+#: saved tokenizer): read as inert records, never imported or run
+CONFIG_MODULES = ("omegaconf.", "typing.", "collections.", "enum.", "pathlib.", "transformers.", "tokenizers.")
+
+
+class ConfigRecord:
+    """An inert stand-in for a class named in a checkpoint: keeps the arguments and state it was
+    built with and does nothing else. ``qualified`` is the name the file used."""
+
+    qualified = ""
+
+    def __new__(cls, *args, **kwargs):
+        record = object.__new__(cls)
+        record.args, record.state = args, None
+        return record
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"<{self.qualified}>"
+
+
+def _stand_in(name: str) -> type:
+    return type(name.rsplit(".", 1)[-1], (ConfigRecord,), {"qualified": name})
+
+
+def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint") -> Any:
+    """A Lightning ``.ckpt`` loaded with ``weights_only=True``, its config classes (omegaconf, a
+    pickled tokenizer) replaced by inert :class:`ConfigRecord` s; any other global (a function, a
+    class from elsewhere) is refused with :class:`UnsafeFileError`. :func:`plain` turns the records
+    into dicts and values."""
+    import torch
+    from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
+
+    path = Path(path)
+    fix = "re-download it from the release"
+    if not path.is_file():
+        raise PrimebenchError(f"{what} {str(path)!r} does not exist", fix=fix)
+    try:
+        names = get_unsafe_globals_in_checkpoint(str(path))
+    except Exception as exc:  # noqa: BLE001 - not a zip, truncated, ...
+        raise PrimebenchError(f"{what} {str(path)!r} is corrupt or not a torch checkpoint ({type(exc).__name__})",
+                              fix=fix) from exc
+    refused = sorted(n for n in names if not n.startswith(CONFIG_MODULES))
+    if refused:
+        raise UnsafeFileError(
+            f"{what} {str(path)!r} names {', '.join(refused[:4])}, which a checkpoint's weights and config do not "
+            "need; unpickling it could run arbitrary code, so it is refused",
+            fix="use a checkpoint from the original release, or its safetensors weights",
+        )
+    with safe_globals([(_stand_in(n), n) for n in names]):
+        return load_torch_file(path, what=what, fix=fix)
+
+
+def plain(value: Any) -> Any:
+    """Records of an omegaconf config -> plain dicts, lists and values (anything else: its name)."""
+    if isinstance(value, ConfigRecord):
+        state = value.state if isinstance(value.state, dict) else {}
+        if "_content" in state:
+            return plain(state["_content"])
+        if "_val" in state:
+            return plain(state["_val"])
+        return repr(value)
+    if isinstance(value, dict):
+        return {plain(k) if not isinstance(k, str) else k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+__all__ = ["UnsafeFileError", "load_torch_file", "check_pickles_in_folder", "plain_tensor_copy", "PICKLE_SUFFIXES",
+           "load_lightning_checkpoint", "plain", "ConfigRecord"]

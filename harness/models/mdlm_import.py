@@ -22,12 +22,17 @@ from torch import nn
 from harness.errors import CheckpointError
 
 PREFIX = "mdlm-hf:"
+CKPT_PREFIX = "mdlm-ckpt:"
 CONFIG_KEYS = ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")
 LOGLINEAR_EPS = 1e-3
 
 
 def is_mdlm_hf_source(source) -> bool:
     return str(source).startswith(PREFIX)
+
+
+def is_mdlm_ckpt_source(source) -> bool:
+    return str(source).startswith(CKPT_PREFIX)
 
 
 class MDLMBackbone(nn.Module):
@@ -84,42 +89,114 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def mdlm_hf(source, *, device: str = "cpu"):
     """Load ``mdlm-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    from baselines.mdlm import MDLM
-    from harness.config import Config, DataConfig
-    from harness.models.masked_diffusion import MDLMConfig
-    from harness.models.mdlm_dit import MDLMDiT
-
     folder = Path(str(source)[len(PREFIX):]).expanduser()
     if not folder.is_dir():
         raise CheckpointError(f"{PREFIX}{folder}: not a folder", fix="pass the folder of an MDLM release in the HF layout")
     config = read_mdlm_config(folder)
-    V, L = int(config["vocab_size"]), int(config["model_length"])
-    tc = bool(config.get("time_conditioning", False))
-    dit = MDLMDiT(vocab_size=V, hidden_dim=int(config["hidden_dim"]), cond_dim=int(config["cond_dim"]),
-                  n_blocks=int(config["n_blocks"]), n_heads=int(config["n_heads"]))
     tensors = read_weights(folder)
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
-    state.pop("rotary_emb.inv_freq", None)  # a buffer the original saves; ours is computed the same way
     others = sorted(k for k in tensors if not k.startswith("backbone."))
+    shape = {k: int(config[k]) for k in CONFIG_KEYS}
+    return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
+                      tokenizer_folder=folder, source=f"{PREFIX}{folder}", where=str(folder), extra_keys=others,
+                      device=device)
+
+
+def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu"):
+    """Load ``mdlm-ckpt:FILE`` (MDLM's Lightning checkpoint) -> ``(model, tokenizer, config)``.
+
+    Weights under ``state_dict`` as ``backbone.*``; EMA weights (used by default, as MDLM evaluates)
+    under ``ema.shadow_params``, in the order of the network's parameters. The Hydra config under
+    ``hyper_parameters`` is read as plain data (:func:`harness.safe_load.load_lightning_checkpoint`)."""
+    from harness.safe_load import load_lightning_checkpoint, plain
+
+    path = Path(str(source)[len(CKPT_PREFIX):]).expanduser()
+    blob = load_lightning_checkpoint(path, what="MDLM checkpoint")
+    if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
+        raise CheckpointError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass MDLM's .ckpt file")
+    hp = plain(blob.get("hyper_parameters") or {})
+    config = hp.get("config", hp) if isinstance(hp, dict) else {}
+    model_cfg = config.get("model", {}) if isinstance(config, dict) else {}
+    state = {k.removeprefix("backbone."): v for k, v in blob["state_dict"].items() if k.startswith("backbone.")}
+    if "vocab_embed.embedding" not in state:
+        raise CheckpointError(f"{str(path)!r} has no backbone.vocab_embed.embedding: not MDLM's DiT layout",
+                              fix="pass a checkpoint of MDLM's DiT (backbone: dit)")
+    V = int(state["vocab_embed.embedding"].shape[0])
+    try:
+        shape = {"vocab_size": V, "model_length": int(model_cfg["length"]), "hidden_dim": int(model_cfg["hidden_size"]),
+                 "cond_dim": int(model_cfg["cond_dim"]), "n_blocks": int(model_cfg["n_blocks"]),
+                 "n_heads": int(model_cfg["n_heads"])}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{str(path)!r}: the config in hyper_parameters lacks model.{exc}",
+                              fix="pass MDLM's own .ckpt (its Hydra config names the model size)") from exc
+    if ema:
+        shadow = (blob.get("ema") or {}).get("shadow_params") if isinstance(blob.get("ema"), dict) else None
+        if not shadow:
+            raise CheckpointError(f"{str(path)!r} holds no EMA weights (ema.shadow_params)",
+                                  fix="load the raw weights with ema=False")
+        state = _ema_state(state, shadow, shape, where=str(path))
+    return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
+                      tokenizer_folder=path.parent, source=f"{CKPT_PREFIX}{path}", where=str(path),
+                      extra_keys=[], device=device, ema=ema)
+
+
+def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
+    """The EMA copy of each parameter: ``shadow_params`` follow the network's parameter order."""
+    names = [n for n, _ in _dit(shape).named_parameters()]
+    if len(shadow) < len(names):
+        raise CheckpointError(f"{where}: {len(shadow)} EMA tensors for {len(names)} parameters",
+                              fix="load the raw weights with ema=False")
+    out = dict(state)
+    for name, value in zip(names, shadow):
+        if name in state and tuple(value.shape) != tuple(state[name].shape):
+            raise CheckpointError(f"{where}: EMA tensor for {name!r} has shape {tuple(value.shape)}, the weight "
+                                  f"{tuple(state[name].shape)}", fix="load the raw weights with ema=False")
+        out[name] = value
+    return out
+
+
+def _dit(shape: dict):
+    from harness.models.mdlm_dit import MDLMDiT
+
+    return MDLMDiT(vocab_size=shape["vocab_size"], hidden_dim=shape["hidden_dim"], cond_dim=shape["cond_dim"],
+                   n_blocks=shape["n_blocks"], n_heads=shape["n_heads"])
+
+
+def build_mdlm(state: dict, *, shape: dict, time_conditioning: bool, tokenizer_folder: Path, source: str, where: str,
+               extra_keys: list, device: str = "cpu", ema: bool | None = None):
+    """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
+    from baselines.mdlm import MDLM
+    from harness.config import Config, DataConfig
+    from harness.models.masked_diffusion import MDLMConfig
+
+    dit = _dit(shape)
+    state = dict(state)
+    state.pop("rotary_emb.inv_freq", None)  # a buffer the original saves; ours is computed the same way
     expected = dit.state_dict()
-    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected)) + others
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected)) + sorted(extra_keys)
     if missing or unexpected:
-        raise CheckpointError(f"weights in {str(folder)!r} are not MDLM's DiT layout (missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]})", fix="pass an MDLM release in the HF layout (keys backbone.*)")
+        raise CheckpointError(f"weights in {where!r} are not MDLM's DiT layout (missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]})", fix="pass an MDLM release (keys backbone.*)")
     for key, value in state.items():
         if value.shape != expected[key].shape:
-            raise CheckpointError(f"weight {key!r} has shape {tuple(value.shape)}; config.json builds {tuple(expected[key].shape)}",
-                                  fix="config.json and the weights come from different models")
+            raise CheckpointError(f"weight {key!r} has shape {tuple(value.shape)}; the config builds {tuple(expected[key].shape)}",
+                                  fix="the config and the weights come from different models")
     dit.load_state_dict({k: v.float() for k, v in state.items()})
+    V, L = shape["vocab_size"], shape["model_length"]
     C = V - 1
-    tokenizer = _tokenizer(folder, C)
-    cfg = Config(model=MDLMConfig(family="mdlm", d_model=int(config["hidden_dim"]), n_layers=int(config["n_blocks"]),
-                                  n_heads=int(config["n_heads"]), time_conditioning=tc, cond_dim=int(config["cond_dim"])),
-                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=L), name=folder.name)
-    model = MDLM(vocab_size=C, seq_len=L, d_model=8, n_layers=1, n_heads=2, time_conditioning=tc,
-                 extra_hparams={"source": f"{PREFIX}{folder}", "network": "MDLM DiT"})
-    model.hparams.update(d_model=int(config["hidden_dim"]), n_layers=int(config["n_blocks"]), n_heads=int(config["n_heads"]))
-    model.backbone = MDLMBackbone(dit, vocab_size=C, time_conditioning=tc)  # replaces the placeholder network
+    tokenizer = _tokenizer(tokenizer_folder, C)
+    cfg = Config(model=MDLMConfig(family="mdlm", d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
+                                  n_heads=shape["n_heads"], time_conditioning=time_conditioning,
+                                  cond_dim=shape["cond_dim"]),
+                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=L), name=Path(where).stem)
+    extra = {"source": source, "network": "MDLM DiT"}
+    if ema is not None:
+        extra["weights"] = "EMA" if ema else "raw"
+    # a placeholder network is built first and replaced: MDLM's own DiT carries the weights
+    model = MDLM(vocab_size=C, seq_len=L, d_model=8, n_layers=1, n_heads=2, time_conditioning=time_conditioning,
+                 extra_hparams=extra)
+    model.hparams.update(d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"])
+    model.backbone = MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning)
     return model.to(device).eval(), tokenizer, cfg
 
 
@@ -140,4 +217,4 @@ def _tokenizer(folder: Path, C: int):
     return tokenizer
 
 
-__all__ = ["mdlm_hf", "is_mdlm_hf_source", "MDLMBackbone", "read_mdlm_config"]
+__all__ = ["mdlm_hf", "mdlm_ckpt", "is_mdlm_hf_source", "is_mdlm_ckpt_source", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]

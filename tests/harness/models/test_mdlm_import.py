@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -141,3 +142,80 @@ def test_imported_mdlm_evaluates_through_the_cli(tmp_path):
     res = CliRunner().invoke(main, ["eval", "genppl", f"mdlm-hf:{folder}", "--samples", "2", "--steps", "4",
                                     "--judge", "none-such-folder/"])
     assert res.exit_code == 2  # the judge is checked before the model loads
+
+
+def _fake_omegaconf(monkeypatch):
+    """Classes named and pickled like omegaconf's (omegaconf itself is not needed to read them)."""
+    import sys
+    import types
+
+    class ContainerMetadata:
+        def __init__(self):
+            self.ref_type = None
+
+    class AnyNode:
+        def __init__(self, value):
+            self._val, self._metadata = value, ContainerMetadata()
+
+        def __getstate__(self):
+            return dict(self.__dict__)
+
+    class DictConfig:
+        def __init__(self, content):
+            self.__dict__.update(_content=content, _metadata=ContainerMetadata(), _parent=None)
+
+        def __getstate__(self):
+            return dict(self.__dict__)
+
+    for cls, module in ((ContainerMetadata, "omegaconf.base"), (AnyNode, "omegaconf.nodes"), (DictConfig, "omegaconf.dictconfig")):
+        mod = types.ModuleType(module)
+        setattr(mod, cls.__name__, cls)
+        cls.__module__, cls.__qualname__ = module, cls.__name__
+        monkeypatch.setitem(sys.modules, module, mod)
+    monkeypatch.setitem(sys.modules, "omegaconf", types.ModuleType("omegaconf"))
+    return lambda d: DictConfig({k: (DictConfig({a: AnyNode(b) for a, b in v.items()}) if isinstance(v, dict) else AnyNode(v))
+                                 for k, v in d.items()})
+
+
+def test_lightning_ckpt_with_ema_and_config_read_as_data(tmp_path, monkeypatch):
+    from harness.models.mdlm_dit import MDLMDiT
+
+    make_config = _fake_omegaconf(monkeypatch)
+    raw = _raw_weights(0)
+    ema_raw = _raw_weights(1)
+    order = [n for n, _ in MDLMDiT(vocab_size=V, hidden_dim=D, cond_dim=COND, n_blocks=BLOCKS, n_heads=HEADS).named_parameters()]
+    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS, "length": L},
+                          "time_conditioning": False})
+    torch.save({"state_dict": raw, "ema": {"shadow_params": [ema_raw["backbone." + n] for n in order]},
+                "hyper_parameters": {"config": config}, "epoch": 3}, tmp_path / "mdlm.ckpt")
+    g = torch.Generator().manual_seed(2)
+    z = torch.randint(0, V - 1, (2, L), generator=g)
+    z[:, ::2] = V - 1
+    masked = z == V - 1
+    for ema, weights in ((True, ema_raw), (False, raw)):
+        model, tok, cfg = harness.load(f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}", ema=ema)
+        assert cfg.model.d_model == D and model.seq_len == L and model.hparams["weights"] == ("EMA" if ema else "raw")
+        with torch.no_grad():
+            ours = model.log_probs(z, None)
+            ref = torch.log_softmax(_reference_logits(weights, z, torch.zeros(2))[..., : V - 1], -1)
+        assert torch.allclose(ours[masked], ref[masked], atol=2e-5)
+
+
+def test_lightning_ckpt_that_runs_code_is_refused(tmp_path, monkeypatch):
+    from harness.safe_load import UnsafeFileError
+
+    make_config = _fake_omegaconf(monkeypatch)
+    marker = tmp_path / "CODE_RAN"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": make_config({"model": {}}), "x": Payload()}},
+               tmp_path / "evil.ckpt")
+    with pytest.raises(UnsafeFileError, match="system"):
+        harness.load(f"mdlm-ckpt:{tmp_path / 'evil.ckpt'}")
+    assert not marker.exists()
+    (tmp_path / "junk.ckpt").write_bytes(b"junk")
+    with pytest.raises(Exception, match="corrupt"):
+        harness.load(f"mdlm-ckpt:{tmp_path / 'junk.ckpt'}")
