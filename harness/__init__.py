@@ -9,16 +9,20 @@ def load(path, *, ema: bool = True, device: str = "cpu"):
     """Load ``(model, tokenizer, config)`` from a checkpoint folder written by ``primebench train``,
     from ``hf:NAME_OR_PATH`` (an HF causal LM, evaluated as the ARM family), or from
     ``mdlm-hf:PATH`` / ``mdlm-ckpt:FILE`` (a published MDLM checkpoint in the HF layout or as
-    Lightning ``.ckpt``, evaluated as MDLM; ``ema`` picks the EMA weights of a ``.ckpt``)."""
+    Lightning ``.ckpt``, evaluated as MDLM; ``ema`` picks the EMA weights of a ``.ckpt``), or from
+    ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, evaluated as Prime)."""
     from harness.checkpoint import load_checkpoint
     from harness.models.hf_causal import hf_arm, is_hf_source
-    from harness.models.mdlm_import import is_mdlm_ckpt_source, is_mdlm_hf_source, mdlm_ckpt, mdlm_hf
+    from harness.models.mdlm_import import CKPT_PREFIX, PREFIX, PRIME_PREFIX, mdlm_ckpt, mdlm_hf, prime_ckpt
 
     if is_hf_source(path):
         return hf_arm(str(path), device=device)
-    if is_mdlm_hf_source(path):
-        return mdlm_hf(str(path), device=device)
-    if is_mdlm_ckpt_source(path):
-        return mdlm_ckpt(str(path), ema=ema, device=device)
+    source = str(path)
+    if source.startswith(PREFIX):
+        return mdlm_hf(source, device=device)
+    if source.startswith(CKPT_PREFIX):
+        return mdlm_ckpt(source, ema=ema, device=device)
+    if source.startswith(PRIME_PREFIX):
+        return prime_ckpt(source, ema=ema, device=device)
 
     return load_checkpoint(path, ema=ema, device=device)

@@ -91,7 +91,7 @@ def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, f
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
         folder = str(checkpoint)
-        for prefix in ("hf:", "mdlm-hf:", "mdlm-ckpt:"):  # imported sources: hash their weights file
+        for prefix in ("hf:", "mdlm-hf:", "mdlm-ckpt:", "prime-ckpt:"):  # imported sources: hash their weights file
             if folder.startswith(prefix):
                 folder = folder[len(prefix):].partition("#")[0]
         weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"

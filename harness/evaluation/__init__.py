@@ -4,19 +4,21 @@ in :mod:`harness.lmeval` and :mod:`harness.fid`)."""
 from __future__ import annotations
 
 
-def load_for_evaluation(checkpoint, device: str = "cpu", *, corpus=None, carry_over: bool | None = None):
+def load_for_evaluation(checkpoint, device: str = "cpu", *, corpus=None, carry_over: bool | None = None,
+                        ema: bool = True):
     """Join torchrun's process group when launched by it, then load the checkpoint on this rank's device.
 
     Returns ``(info, model, tokenizer, cfg)``; a checkpoint without a tokenizer folder gets the
     tokenizer its config names (``corpus``: the text a ``bpe:V`` tokenizer is trained on, if needed).
     Every evaluation and audit loads its checkpoint here. ``carry_over``: override Prime's
-    carry-over (None: as trained); recorded through the model's protocol.
+    carry-over (None: as trained); recorded through the model's protocol. ``ema``: the EMA weights
+    (default, as MDLM evaluates) or the raw ones.
     """
     from harness import distributed, load
 
     info = distributed.setup(device)
     device = str(info.device) if info.world > 1 else device
-    model, tokenizer, cfg = load(checkpoint, device=device)
+    model, tokenizer, cfg = load(checkpoint, device=device, ema=ema)
     if carry_over is not None:
         model.set_carry_over(carry_over)
     if tokenizer is None:

@@ -130,6 +130,7 @@ def run_genppl(
     device: str = "cpu",
     judge_obj=None,
     carry_over: bool | None = None,
+    ema: bool = True,
 ):
     """Sample, score and return ``(record, samples as list of dicts)``.
 
@@ -149,7 +150,7 @@ def run_genppl(
     t0 = time.time()
     if judge_obj is None and judge:
         check_judge_spec(judge)  # a typo or an unreachable hub is reported before anything loads
-    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over)
+    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     device = str(model.device)
     the_judge = judge_obj if judge_obj is not None else (load_judge(judge, device=device) if judge else None)
     original = model.seq_len

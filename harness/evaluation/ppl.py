@@ -201,6 +201,7 @@ def run_ppl(
     device: str = "cpu",
     ignore_bos: bool = False,
     carry_over: bool | None = None,
+    ema: bool = True,
 ) -> dict:
     """Evaluate a checkpoint's perplexity (or bound) on a dataset and return a result record.
 
@@ -214,7 +215,7 @@ def run_ppl(
     from harness.records import make_record, model_block
 
     t0 = _time.time()
-    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over)
+    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     d = cfg.data
     image_spec = _image_spec(data, cfg)
     if image_spec is not None:
@@ -263,6 +264,6 @@ def run_ppl(
             **shared,
             "estimators": kinds,
         }
-    protocol.update(model.protocol())
+    protocol.update(model.protocol(), weights="EMA" if ema else "raw")
     return make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
                        seed=seed, device=str(model.device), wall_s=_time.time() - t0)

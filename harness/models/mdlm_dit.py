@@ -105,21 +105,33 @@ class _Embedding(nn.Module):
 
 
 class MDLMDiT(nn.Module):
-    """(B, L) ids, (B,) sigma -> (B, L, V) logits, as the original DiT computes them (float32)."""
+    """(B, L) ids, (B,) sigma -> (B, L, V) logits, as the original DiT computes them (float32).
 
-    def __init__(self, *, vocab_size: int, hidden_dim: int, cond_dim: int, n_blocks: int, n_heads: int):
+    ``ell > 1`` is MDM-Prime's variant of the same network: the input is (B, L, ell) sub-tokens
+    (``vocab_size`` = base + 1 values, the mask included), each embedded in ``hidden_dim / ell``
+    features and concatenated in digit order (most significant first) into one token's
+    ``hidden_dim``; the output layer scores ``vocab_out`` = C whole tokens.
+    """
+
+    def __init__(self, *, vocab_size: int, hidden_dim: int, cond_dim: int, n_blocks: int, n_heads: int,
+                 vocab_out: int | None = None, ell: int = 1):
         super().__init__()
         head = hidden_dim // n_heads
         if head * n_heads != hidden_dim or head % 2:
             raise ValueError(f"hidden_dim {hidden_dim} must split into {n_heads} heads of an even size")
-        self.vocab_embed = _Embedding(vocab_size, hidden_dim)
+        if hidden_dim % ell:
+            raise ValueError(f"hidden_dim {hidden_dim} must split into ell = {ell} sub-token embeddings")
+        self.ell = ell
+        self.vocab_embed = _Embedding(vocab_size, hidden_dim // ell)
         self.sigma_map = _SigmaMap(cond_dim)
         self.blocks = nn.ModuleList(_Block(hidden_dim, n_heads, cond_dim) for _ in range(n_blocks))
-        self.output_layer = _Final(hidden_dim, vocab_size, cond_dim)
+        self.output_layer = _Final(hidden_dim, vocab_out or vocab_size, cond_dim)
         self.register_buffer("inv_freq", 1.0 / 10_000 ** (torch.arange(0, head, 2).float() / head), persistent=False)
 
     def forward(self, ids: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
         x = self.vocab_embed(ids).float()
+        if self.ell > 1:  # (B, L, ell, D / ell) -> (B, L, D)
+            x = x.reshape(ids.shape[0], ids.shape[1], -1)
         c = F.silu(self.sigma_map(sigma))
         angles = torch.arange(ids.shape[1], device=ids.device, dtype=torch.float32)[:, None] * self.inv_freq[None]
         angles = torch.cat([angles, angles], dim=-1)  # (L, d): frequencies over both halves

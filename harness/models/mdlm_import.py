@@ -23,6 +23,7 @@ from harness.errors import CheckpointError
 
 PREFIX = "mdlm-hf:"
 CKPT_PREFIX = "mdlm-ckpt:"
+PRIME_PREFIX = "prime-ckpt:"
 CONFIG_KEYS = ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")
 LOGLINEAR_EPS = 1e-3
 
@@ -45,11 +46,7 @@ class MDLMBackbone(nn.Module):
         self.time_conditioning = time_conditioning
 
     def forward(self, ids: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
-        if self.time_conditioning and t is not None:
-            sigma = -torch.log1p(-(1 - LOGLINEAR_EPS) * t.float())
-        else:
-            sigma = torch.zeros(ids.shape[0], device=ids.device)
-        return self.dit(ids, sigma)[..., : self.vocab_size]
+        return self.dit(ids, _sigma(t, ids.shape[0], ids.device, self.time_conditioning))[..., : self.vocab_size]
 
 
 def read_mdlm_config(folder: Path) -> dict[str, Any]:
@@ -108,32 +105,10 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu"):
     Weights under ``state_dict`` as ``backbone.*``; EMA weights (used by default, as MDLM evaluates)
     under ``ema.shadow_params``, in the order of the network's parameters. The Hydra config under
     ``hyper_parameters`` is read as plain data (:func:`harness.safe_load.load_lightning_checkpoint`)."""
-    from harness.safe_load import load_lightning_checkpoint, plain
-
     path = Path(str(source)[len(CKPT_PREFIX):]).expanduser()
-    blob = load_lightning_checkpoint(path, what="MDLM checkpoint")
-    if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
-        raise CheckpointError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass MDLM's .ckpt file")
-    hp = plain(blob.get("hyper_parameters") or {})
-    config = hp.get("config", hp) if isinstance(hp, dict) else {}
-    model_cfg = config.get("model", {}) if isinstance(config, dict) else {}
-    state = {k.removeprefix("backbone."): v for k, v in blob["state_dict"].items() if k.startswith("backbone.")}
-    if "vocab_embed.embedding" not in state:
-        raise CheckpointError(f"{str(path)!r} has no backbone.vocab_embed.embedding: not MDLM's DiT layout",
-                              fix="pass a checkpoint of MDLM's DiT (backbone: dit)")
-    V = int(state["vocab_embed.embedding"].shape[0])
-    try:
-        shape = {"vocab_size": V, "model_length": int(model_cfg["length"]), "hidden_dim": int(model_cfg["hidden_size"]),
-                 "cond_dim": int(model_cfg["cond_dim"]), "n_blocks": int(model_cfg["n_blocks"]),
-                 "n_heads": int(model_cfg["n_heads"])}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{str(path)!r}: the config in hyper_parameters lacks model.{exc}",
-                              fix="pass MDLM's own .ckpt (its Hydra config names the model size)") from exc
-    if ema:
-        shadow = (blob.get("ema") or {}).get("shadow_params") if isinstance(blob.get("ema"), dict) else None
-        if not shadow:
-            raise CheckpointError(f"{str(path)!r} holds no EMA weights (ema.shadow_params)",
-                                  fix="load the raw weights with ema=False")
+    state, config, shadow = read_release_ckpt(path, what="MDLM checkpoint", ema=ema)
+    shape = _model_shape(config, str(path), vocab_size=int(state["vocab_embed.embedding"].shape[0]))
+    if shadow is not None:
         state = _ema_state(state, shadow, shape, where=str(path))
     return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
                       tokenizer_folder=path.parent, source=f"{CKPT_PREFIX}{path}", where=str(path),
@@ -159,45 +134,150 @@ def _dit(shape: dict):
     from harness.models.mdlm_dit import MDLMDiT
 
     return MDLMDiT(vocab_size=shape["vocab_size"], hidden_dim=shape["hidden_dim"], cond_dim=shape["cond_dim"],
-                   n_blocks=shape["n_blocks"], n_heads=shape["n_heads"])
+                   n_blocks=shape["n_blocks"], n_heads=shape["n_heads"], vocab_out=shape.get("vocab_out"),
+                   ell=shape.get("ell", 1))
 
 
-def build_mdlm(state: dict, *, shape: dict, time_conditioning: bool, tokenizer_folder: Path, source: str, where: str,
-               extra_keys: list, device: str = "cpu", ema: bool | None = None):
-    """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
-    from baselines.mdlm import MDLM
-    from harness.config import Config, DataConfig
-    from harness.models.masked_diffusion import MDLMConfig
-
+def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
+    """The DiT of ``shape`` loaded strictly from ``state`` (keys without ``backbone.``)."""
     dit = _dit(shape)
     state = dict(state)
     state.pop("rotary_emb.inv_freq", None)  # a buffer the original saves; ours is computed the same way
     expected = dit.state_dict()
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected)) + sorted(extra_keys)
     if missing or unexpected:
-        raise CheckpointError(f"weights in {where!r} are not MDLM's DiT layout (missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]})", fix="pass an MDLM release (keys backbone.*)")
+        raise CheckpointError(f"weights in {where!r} are not the DiT layout of the release (missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]})", fix="pass a checkpoint of the release (keys backbone.*)")
     for key, value in state.items():
         if value.shape != expected[key].shape:
             raise CheckpointError(f"weight {key!r} has shape {tuple(value.shape)}; the config builds {tuple(expected[key].shape)}",
                                   fix="the config and the weights come from different models")
     dit.load_state_dict({k: v.float() for k, v in state.items()})
-    V, L = shape["vocab_size"], shape["model_length"]
-    C = V - 1
-    tokenizer = _tokenizer(tokenizer_folder, C)
-    cfg = Config(model=MDLMConfig(family="mdlm", d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
-                                  n_heads=shape["n_heads"], time_conditioning=time_conditioning,
-                                  cond_dim=shape["cond_dim"]),
-                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=L), name=Path(where).stem)
-    extra = {"source": source, "network": "MDLM DiT"}
+    return dit
+
+
+def build_mdlm(state: dict, *, shape: dict, time_conditioning: bool, tokenizer_folder: Path, source: str, where: str,
+               extra_keys: list, device: str = "cpu", ema: bool | None = None):
+    """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
+    from baselines.mdlm import MDLM
+    from harness.models.masked_diffusion import MDLMConfig
+
+    dit = load_dit(state, shape, where=where, extra_keys=extra_keys)
+    C = shape["vocab_size"] - 1
+    model = MDLM(vocab_size=C, seq_len=shape["model_length"], d_model=8, n_layers=1, n_heads=2,
+                 time_conditioning=time_conditioning, extra_hparams=_provenance(source, ema))
+    return _finish(model, MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning), MDLMConfig,
+                   shape=shape, time_conditioning=time_conditioning, tokenizer_folder=tokenizer_folder, C=C,
+                   where=where, device=device)
+
+
+def _provenance(source: str, ema: bool | None) -> dict:
+    extra = {"source": source, "network": "the release's DiT"}
     if ema is not None:
         extra["weights"] = "EMA" if ema else "raw"
-    # a placeholder network is built first and replaced: MDLM's own DiT carries the weights
-    model = MDLM(vocab_size=C, seq_len=L, d_model=8, n_layers=1, n_heads=2, time_conditioning=time_conditioning,
-                 extra_hparams=extra)
+    return extra
+
+
+def _finish(model, backbone, config_class, *, shape, time_conditioning, tokenizer_folder, C, where, device, **model_keys):
+    """Swap the placeholder network for the release's, and describe the model as our configs do."""
+    from harness.config import Config, DataConfig
+
+    tokenizer = _tokenizer(tokenizer_folder, C)
+    cfg = Config(model=config_class(family=model.family, d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
+                                    n_heads=shape["n_heads"], time_conditioning=time_conditioning,
+                                    cond_dim=shape["cond_dim"], **model_keys),
+                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=shape["model_length"]), name=Path(where).stem)
     model.hparams.update(d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"])
-    model.backbone = MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning)
+    model.backbone = backbone  # the placeholder built by the family's constructor is dropped
     return model.to(device).eval(), tokenizer, cfg
+
+
+class PrimeBackbone(nn.Module):
+    """Our backbone's call over MDM-Prime's DiT: (B, L, ell) sub-tokens -> (B, L, C) logits."""
+
+    def __init__(self, dit: nn.Module, *, time_conditioning: bool):
+        super().__init__()
+        self.dit = dit
+        self.time_conditioning = time_conditioning
+
+    def forward(self, z: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
+        return self.dit(z, _sigma(t, z.shape[0], z.device, self.time_conditioning))
+
+
+def _sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
+    if time_conditioning and t is not None:
+        return -torch.log1p(-(1 - LOGLINEAR_EPS) * t.float())
+    return torch.zeros(rows, device=device)
+
+
+def read_release_ckpt(path: Path, *, what: str, ema: bool):
+    """(state without ``backbone.``, plain config, the file) of a Lightning checkpoint of MDLM or Prime."""
+    from harness.safe_load import load_lightning_checkpoint, plain
+
+    blob = load_lightning_checkpoint(path, what=what)
+    if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
+        raise CheckpointError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass the release's .ckpt file")
+    hp = plain(blob.get("hyper_parameters") or {})
+    config = hp.get("config", hp) if isinstance(hp, dict) else {}
+    state = {k.removeprefix("backbone."): v for k, v in blob["state_dict"].items() if k.startswith("backbone.")}
+    if "vocab_embed.embedding" not in state:
+        raise CheckpointError(f"{str(path)!r} has no backbone.vocab_embed.embedding: not the release's DiT layout",
+                              fix="pass a checkpoint of the DiT backbone")
+    shadow = None
+    if ema:
+        shadow = (blob.get("ema") or {}).get("shadow_params") if isinstance(blob.get("ema"), dict) else None
+        if not shadow:
+            raise CheckpointError(f"{str(path)!r} holds no EMA weights (ema.shadow_params)",
+                                  fix="load the raw weights with ema=False")
+    return state, (config if isinstance(config, dict) else {}), shadow
+
+
+def _model_shape(config: dict, where: str, **extra) -> dict:
+    model_cfg = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
+    try:
+        return {"model_length": int(model_cfg["length"]), "hidden_dim": int(model_cfg["hidden_size"]),
+                "cond_dim": int(model_cfg["cond_dim"]), "n_blocks": int(model_cfg["n_blocks"]),
+                "n_heads": int(model_cfg["n_heads"]), **extra}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: the config in hyper_parameters lacks model.{exc}",
+                              fix="pass the release's own .ckpt (its Hydra config names the model size)") from exc
+
+
+def prime_ckpt(source, *, ema: bool = True, device: str = "cpu"):
+    """Load ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, ell > 1) -> ``(model, tokenizer, config)``.
+
+    ``config.prime`` gives ell (``target_length``), the base and carry-over; the network is MDM-Prime's
+    DiT (sub-token embeddings concatenated per token, C output logits), inside our Prime family whose
+    restricted joint (with carry-over) or plain softmax (without) turns the logits into p(x_0 | y_t).
+    Checkpoints of the same release with ell = 1 are MDLM's layout: load them with ``mdlm-ckpt:``."""
+    from prime.model import Prime, PrimeConfig
+    from prime.subtokens import subtoken_base
+
+    path = Path(str(source)[len(PRIME_PREFIX):]).expanduser()
+    state, config, shadow = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema)
+    prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
+    ell = int(prime_cfg.get("target_length", 1))
+    if ell < 2:
+        raise CheckpointError(f"{str(path)!r} has prime.target_length = {ell}: an MDLM-layout checkpoint",
+                              fix=f"load it with mdlm-ckpt:{path}")
+    if "output_layer.linear.weight" not in state:
+        raise CheckpointError(f"{str(path)!r} lacks backbone.output_layer.linear.weight", fix="pass the release's .ckpt")
+    C = int(state["output_layer.linear.weight"].shape[0])
+    base = subtoken_base(C, ell)
+    if "base" in prime_cfg and int(prime_cfg["base"]) != base:
+        raise CheckpointError(f"{str(path)!r}: prime.base = {prime_cfg['base']} but C = {C}, ell = {ell} give base {base}",
+                              fix="this harness uses the smallest base with base**ell >= C, as the release does")
+    shape = _model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
+    if shadow is not None:
+        state = _ema_state(state, shadow, shape, where=str(path))
+    dit = load_dit(state, shape, where=str(path), extra_keys=[])
+    tc = bool(config.get("time_conditioning", False))
+    carry_over = bool(prime_cfg.get("carry_over", True))
+    model = Prime(vocab_size=C, seq_len=shape["model_length"], ell=ell, carry_over=carry_over, d_model=8 * ell,
+                  n_layers=1, n_heads=2, time_conditioning=tc)
+    model.hparams.update(_provenance(f"{PRIME_PREFIX}{path}", ema))
+    return _finish(model, PrimeBackbone(dit, time_conditioning=tc), PrimeConfig, shape=shape, time_conditioning=tc,
+                   tokenizer_folder=path.parent, C=C, where=str(path), device=device, ell=ell, carry_over=carry_over)
 
 
 def _tokenizer(folder: Path, C: int):
@@ -217,4 +297,4 @@ def _tokenizer(folder: Path, C: int):
     return tokenizer
 
 
-__all__ = ["mdlm_hf", "mdlm_ckpt", "is_mdlm_hf_source", "is_mdlm_ckpt_source", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]
+__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "PrimeBackbone", "load_dit", "is_mdlm_hf_source", "is_mdlm_ckpt_source", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]

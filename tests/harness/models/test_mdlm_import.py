@@ -66,7 +66,9 @@ def _reference_logits(w, ids, sigma):
     h = lin(feats, "backbone.sigma_map.mlp.0")
     c = torch.nn.functional.silu(lin(h * torch.sigmoid(h), "backbone.sigma_map.mlp.2"))
     x = w["backbone.vocab_embed.embedding"][ids]
-    B, T = ids.shape
+    if ids.dim() == 3:  # MDM-Prime: (B, L, ell) sub-tokens, embeddings concatenated per token
+        x = x.flatten(2)
+    B, T = ids.shape[:2]
     d = D // HEADS
     pos = torch.arange(T).float()[:, None] * w["backbone.rotary_emb.inv_freq"][None]  # (T, d/2)
 
@@ -219,3 +221,38 @@ def test_lightning_ckpt_that_runs_code_is_refused(tmp_path, monkeypatch):
     (tmp_path / "junk.ckpt").write_bytes(b"junk")
     with pytest.raises(Exception, match="corrupt"):
         harness.load(f"mdlm-ckpt:{tmp_path / 'junk.ckpt'}")
+
+
+def test_prime_release_ckpt_matches_a_direct_recomputation(tmp_path, monkeypatch):
+    from prime.bounds import restricted_log_probs
+
+    make_config = _fake_omegaconf(monkeypatch)
+    ell, C = 2, V - 1
+    base = 225  # the smallest b with b**2 >= 50257
+    w = _raw_weights(4)
+    g = torch.Generator().manual_seed(5)
+    w["backbone.vocab_embed.embedding"] = 0.3 * torch.randn(base + 1, D // ell, generator=g)
+    w["backbone.output_layer.linear.weight"] = w["backbone.output_layer.linear.weight"][:C].clone()
+    w["backbone.output_layer.linear.bias"] = w["backbone.output_layer.linear.bias"][:C].clone()
+    for carry_over in (True, False):
+        config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS, "length": L},
+                              "prime": {"target_length": ell, "base": base, "carry_over": carry_over},
+                              "time_conditioning": False})
+        torch.save({"state_dict": w, "hyper_parameters": {"config": config}}, tmp_path / "prime.ckpt")
+        model, tok, cfg = harness.load(f"prime-ckpt:{tmp_path / 'prime.ckpt'}", ema=False)
+        assert model.family == "prime" and model.ell == ell and model.base == base and model.carry_over is carry_over
+        assert cfg.model.ell == ell and tok.spec == "gpt2"
+        x0 = torch.randint(0, C, (2, L), generator=g)
+        y = model.encode(x0)
+        y[torch.rand(y.shape, generator=g) < 0.5] = base  # the sub-token mask id
+        with torch.no_grad():
+            ours = model.log_probs(y, None)
+            ref = restricted_log_probs(_reference_logits(w, y, torch.zeros(2)), y, C=C, base=base, ell=ell,
+                                       carry_over=carry_over)
+        finite = torch.isfinite(ref)
+        assert torch.equal(finite, torch.isfinite(ours)) and torch.allclose(ours[finite], ref[finite], atol=2e-5)
+    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS, "length": L},
+                          "prime": {"target_length": 1}})
+    torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": config}}, tmp_path / "ell1.ckpt")
+    with pytest.raises(CheckpointError, match="mdlm-ckpt"):
+        harness.load(f"prime-ckpt:{tmp_path / 'ell1.ckpt'}", ema=False)
