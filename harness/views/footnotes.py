@@ -18,11 +18,11 @@ from typing import Sequence
 from harness.views.entries import LEGEND, Entry, short
 from harness.views.table import Cell, Footnote
 
-# Protocol keys (last dotted component) never compared: model-specific, run-specific or derived.
+# Protocol keys (last dotted component) never compared: model-specific, run-specific or derived (counts).
 IGNORED_LEAVES = frozenset({
     "ell", "base", "carry_over", "schedule", "family", "time_conditioning", "vocab_size", "bos_id", "eos_id", "pad_id",
     "checkpoint", "checkpoint_sha256", "samples_file", "device", "batch_size", "world_size", "wall_s", "created",
-    "command", "seeded", "estimators", "judge_description",
+    "command", "seeded", "estimators", "judge_description", "separators_mapped", "judge_truncated_samples",
 })
 # Keys fixed by the model family: compared only between rows of the same family.
 FAMILY_LEAVES = frozenset({"token_convention", "stderr_method", "noise_removal", "cache", "cache_exact",
