@@ -256,3 +256,15 @@ def test_prime_release_ckpt_matches_a_direct_recomputation(tmp_path, monkeypatch
     torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": config}}, tmp_path / "ell1.ckpt")
     with pytest.raises(CheckpointError, match="mdlm-ckpt"):
         harness.load(f"prime-ckpt:{tmp_path / 'ell1.ckpt'}", ema=False)
+
+
+def test_imported_mdlm_through_zeroshot_and_the_precision_audit(tmp_path):
+    folder = _write(tmp_path / "mdlm-owt", _raw_weights())
+    res = CliRunner().invoke(main, ["eval", "zeroshot", f"mdlm-hf:{folder}", "--tasks", "wiki_lastword", "--limit", "2",
+                                    "--mc-samples", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["audit", "precision", f"mdlm-hf:{folder}", "--steps", "4", "--samples", "2",
+                                    "--no-controls", "--json"])
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.stdout[res.stdout.index("{"):])
+    assert record["model"]["checkpoint"] == f"mdlm-hf:{folder}"
