@@ -17,7 +17,11 @@ def load(path, *, ema: bool = True, device: str = "cpu"):
 
     if is_hf_source(path):
         return hf_arm(str(path), device=device)
+    from harness.models.transfer import is_transfer_folder, load_transfer_folder
+
     source = str(path)
+    if is_transfer_folder(source):  # written by `primebench import` / `primebench export`
+        return load_transfer_folder(source, ema=ema, device=device)
     if source.startswith(PREFIX):
         return mdlm_hf(source, device=device)
     if source.startswith(CKPT_PREFIX):

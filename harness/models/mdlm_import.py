@@ -157,7 +157,7 @@ def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
 
 
 def build_mdlm(state: dict, *, shape: dict, time_conditioning: bool, tokenizer_folder: Path, source: str, where: str,
-               extra_keys: list, device: str = "cpu", ema: bool | None = None):
+               extra_keys: list, device: str = "cpu", ema: bool | None = None, tokenizer=None):
     """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
     from baselines.mdlm import MDLM
     from harness.models.masked_diffusion import MDLMConfig
@@ -168,7 +168,7 @@ def build_mdlm(state: dict, *, shape: dict, time_conditioning: bool, tokenizer_f
                  time_conditioning=time_conditioning, extra_hparams=_provenance(source, ema))
     return _finish(model, MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning), MDLMConfig,
                    shape=shape, time_conditioning=time_conditioning, tokenizer_folder=tokenizer_folder, C=C,
-                   where=where, device=device)
+                   where=where, device=device, tokenizer=tokenizer)
 
 
 def _provenance(source: str, ema: bool | None) -> dict:
@@ -178,11 +178,12 @@ def _provenance(source: str, ema: bool | None) -> dict:
     return extra
 
 
-def _finish(model, backbone, config_class, *, shape, time_conditioning, tokenizer_folder, C, where, device, **model_keys):
+def _finish(model, backbone, config_class, *, shape, time_conditioning, tokenizer_folder, C, where, device,
+            tokenizer=None, **model_keys):
     """Swap the placeholder network for the release's, and describe the model as our configs do."""
     from harness.config import Config, DataConfig
 
-    tokenizer = _tokenizer(tokenizer_folder, C)
+    tokenizer = tokenizer if tokenizer is not None else _tokenizer(tokenizer_folder, C)
     cfg = Config(model=config_class(family=model.family, d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
                                     n_heads=shape["n_heads"], time_conditioning=time_conditioning,
                                     cond_dim=shape["cond_dim"], **model_keys),
@@ -250,7 +251,6 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu"):
     DiT (sub-token embeddings concatenated per token, C output logits), inside our Prime family whose
     restricted joint (with carry-over) or plain softmax (without) turns the logits into p(x_0 | y_t).
     Checkpoints of the same release with ell = 1 are MDLM's layout: load them with ``mdlm-ckpt:``."""
-    from prime.model import Prime, PrimeConfig
     from prime.subtokens import subtoken_base
 
     path = Path(str(source)[len(PRIME_PREFIX):]).expanduser()
@@ -270,14 +270,24 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu"):
     shape = _model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
     if shadow is not None:
         state = _ema_state(state, shadow, shape, where=str(path))
-    dit = load_dit(state, shape, where=str(path), extra_keys=[])
-    tc = bool(config.get("time_conditioning", False))
-    carry_over = bool(prime_cfg.get("carry_over", True))
+    return build_prime(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
+                       carry_over=bool(prime_cfg.get("carry_over", True)), tokenizer_folder=path.parent,
+                       source=f"{PRIME_PREFIX}{path}", where=str(path), device=device, ema=ema)
+
+
+def build_prime(state: dict, *, shape: dict, time_conditioning: bool, carry_over: bool, tokenizer_folder: Path,
+                source: str, where: str, device: str = "cpu", ema: bool | None = None, tokenizer=None):
+    """Our Prime around MDM-Prime's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
+    from prime.model import Prime, PrimeConfig
+
+    dit = load_dit(state, shape, where=where, extra_keys=[])
+    C, ell = shape["vocab_out"], shape["ell"]
     model = Prime(vocab_size=C, seq_len=shape["model_length"], ell=ell, carry_over=carry_over, d_model=8 * ell,
-                  n_layers=1, n_heads=2, time_conditioning=tc)
-    model.hparams.update(_provenance(f"{PRIME_PREFIX}{path}", ema))
-    return _finish(model, PrimeBackbone(dit, time_conditioning=tc), PrimeConfig, shape=shape, time_conditioning=tc,
-                   tokenizer_folder=path.parent, C=C, where=str(path), device=device, ell=ell, carry_over=carry_over)
+                  n_layers=1, n_heads=2, time_conditioning=time_conditioning)
+    model.hparams.update(_provenance(source, ema))
+    return _finish(model, PrimeBackbone(dit, time_conditioning=time_conditioning), PrimeConfig, shape=shape,
+                   time_conditioning=time_conditioning, tokenizer_folder=tokenizer_folder, C=C, where=where,
+                   device=device, tokenizer=tokenizer, ell=ell, carry_over=carry_over)
 
 
 def _tokenizer(folder: Path, C: int):
@@ -297,4 +307,4 @@ def _tokenizer(folder: Path, C: int):
     return tokenizer
 
 
-__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "PrimeBackbone", "load_dit", "is_mdlm_hf_source", "is_mdlm_ckpt_source", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]
+__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "build_prime", "PrimeBackbone", "load_dit", "is_mdlm_hf_source", "is_mdlm_ckpt_source", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]

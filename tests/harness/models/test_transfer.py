@@ -1,0 +1,100 @@
+"""``primebench import`` / ``export``: converted folders give the same log-probabilities as their
+sources, hold no pickle, and load as plain paths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import harness
+from harness.cli import main
+from harness.errors import CheckpointError
+from tests.harness.models import test_mdlm_import as releases
+from tests.harness.models.test_hf_causal import gpt2_folder  # noqa: F401  (the tiny GPT-2 fixture)
+
+
+def _same_log_probs(a, b, z):
+    with torch.no_grad():
+        la, lb = a.log_probs(z, None), b.log_probs(z, None)
+    finite = torch.isfinite(la)
+    return torch.equal(finite, torch.isfinite(lb)) and torch.equal(la[finite], lb[finite])
+
+
+def _no_pickles(folder):
+    return not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pth", ".bin", ".ckpt", ".pkl")]
+
+
+def test_import_of_a_lightning_mdlm_ckpt_round_trips(tmp_path, monkeypatch):
+    from harness.models.mdlm_dit import MDLMDiT
+
+    make = releases._fake_omegaconf(monkeypatch)
+    w, e = releases._raw_weights(0), releases._raw_weights(1)
+    order = [n for n, _ in MDLMDiT(vocab_size=releases.V, hidden_dim=releases.D, cond_dim=releases.COND,
+                                   n_blocks=releases.BLOCKS, n_heads=releases.HEADS).named_parameters()]
+    cfg = make({"model": {"hidden_size": releases.D, "cond_dim": releases.COND, "n_blocks": releases.BLOCKS,
+                          "n_heads": releases.HEADS, "length": releases.L}})
+    torch.save({"state_dict": w, "ema": {"shadow_params": [e["backbone." + n] for n in order]},
+                "hyper_parameters": {"config": cfg}}, tmp_path / "mdlm.ckpt")
+    res = CliRunner().invoke(main, ["import", "--format", "mdlm-ckpt", str(tmp_path / "mdlm.ckpt"), "--out", str(tmp_path / "imp")])
+    assert res.exit_code == 0, res.output
+    assert _no_pickles(tmp_path / "imp")
+    z = torch.randint(0, releases.V, (2, releases.L), generator=torch.Generator().manual_seed(0))
+    imported, tok, _ = harness.load(tmp_path / "imp")
+    original, _, _ = harness.load(f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}")
+    assert imported.family == "mdlm" and tok.spec == "gpt2" and _same_log_probs(imported, original, z)
+    again = CliRunner().invoke(main, ["import", f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}", "--out", str(tmp_path / "imp")])
+    assert again.exit_code == 2 and "not empty" in again.output
+    res = CliRunner().invoke(main, ["eval", "ppl", str(tmp_path / "imp"), "--max-rows", "1"])
+    assert res.exit_code == 0, res.output
+
+
+def test_import_of_prime_and_hf_causal_round_trips(tmp_path, monkeypatch):
+    from harness.models.transfer import import_checkpoint
+
+    make = releases._fake_omegaconf(monkeypatch)
+    w = releases._raw_weights(4)
+    g = torch.Generator().manual_seed(5)
+    w["backbone.vocab_embed.embedding"] = 0.3 * torch.randn(226, releases.D // 2, generator=g)
+    for key in ("weight", "bias"):
+        w[f"backbone.output_layer.linear.{key}"] = w[f"backbone.output_layer.linear.{key}"][: releases.V - 1].clone()
+    cfg = make({"model": {"hidden_size": releases.D, "cond_dim": releases.COND, "n_blocks": releases.BLOCKS,
+                          "n_heads": releases.HEADS, "length": releases.L},
+                "prime": {"target_length": 2, "base": 225, "carry_over": True}})
+    torch.save({"state_dict": w, "hyper_parameters": {"config": cfg}}, tmp_path / "prime.ckpt")
+    out = import_checkpoint(f"prime-ckpt:{tmp_path / 'prime.ckpt'}", tmp_path / "prime", ema=False)
+    imported, _, icfg = harness.load(out)
+    original, _, _ = harness.load(f"prime-ckpt:{tmp_path / 'prime.ckpt'}", ema=False)
+    y = original.encode(torch.randint(0, releases.V - 1, (2, releases.L), generator=g))
+    y[torch.rand(y.shape, generator=g) < 0.5] = original.base
+    assert imported.family == "prime" and icfg.model.ell == 2 and _same_log_probs(imported, original, y)
+
+
+def test_hf_causal_import_round_trips(gpt2_folder, tmp_path):  # noqa: F811
+    from harness.models.transfer import import_checkpoint
+
+    out = import_checkpoint(f"hf:{gpt2_folder}", tmp_path / "gpt2")
+    assert _no_pickles(out)
+    imported, tok, _ = harness.load(out)
+    original, _, _ = harness.load(f"hf:{gpt2_folder}")
+    x = torch.tensor([tok.encode("An imported model scores text exactly as its source does.")])
+    assert imported.family == "arm" and torch.equal(imported.nll(x).nats, original.nll(x).nats)
+
+
+def test_our_export_round_trips(trained, tmp_path):
+    from harness.models.transfer import export_checkpoint
+
+    # export one of our own checkpoints and load it back
+    out = export_checkpoint(trained("prime"), tmp_path / "exported")
+    assert (out / "model.safetensors").exists() and (out / "config.json").exists() and _no_pickles(out)
+    back, tok, cfg = harness.load(out)
+    ours, _, _ = harness.load(trained("prime"))
+    y = ours.encode(torch.randint(0, ours.vocab_size, (2, ours.seq_len), generator=torch.Generator().manual_seed(1)))
+    y[:, ::3] = ours.base
+    assert _same_log_probs(back, ours, y) and cfg.model.family == "prime" and tok is not None
+    res = CliRunner().invoke(main, ["export", str(trained("arm")), "--out", str(tmp_path / "arm-export")])
+    assert res.exit_code == 0, res.output
+    with pytest.raises(CheckpointError, match="not empty"):
+        export_checkpoint(trained("arm"), tmp_path / "arm-export")
+    with pytest.raises(Exception, match="trained by primebench"):
+        export_checkpoint(f"mdlm-hf:{releases._write(tmp_path / 'm', releases._raw_weights())}", tmp_path / "x")
