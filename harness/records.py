@@ -91,7 +91,9 @@ def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, f
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
         folder = str(checkpoint)
-        for prefix in ("hf:", "mdlm-hf:", "mdlm-ckpt:", "prime-ckpt:"):  # imported sources: hash their weights file
+        from harness.models.transfer import FORMATS
+
+        for prefix in FORMATS.values():  # published sources: hash their weights file
             if folder.startswith(prefix):
                 folder = folder[len(prefix):].partition("#")[0]
         weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"
@@ -212,10 +214,9 @@ def read_record(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise PrimebenchError(f"record {str(path)!r} does not exist", fix="pass JSON files written with --out")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PrimebenchError(f"record {str(path)!r} is not valid JSON ({exc})", fix="re-run the evaluation with --out") from exc
+    from harness.io import read_json
+
+    record = read_json(path, what="record", fix="re-run the evaluation with --out")
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise PrimebenchError(
             f"{str(path)!r} is not a primebench record (schema {record.get('schema') if isinstance(record, dict) else None!r})",

@@ -21,7 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from harness import distributed
-from harness.checkpoint import load_trainer_state, read_checkpoint_config, save_checkpoint
+from harness.checkpoint import load_trainer_state, non_finite, read_checkpoint_config, save_checkpoint
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError, Interrupted, NumericalError
 from harness.logging import progress
@@ -252,10 +252,6 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
-def _all_finite(*states: dict[str, torch.Tensor]) -> bool:
-    return all(bool(torch.isfinite(v).all()) for state in states for v in state.values() if v.dtype.is_floating_point)
-
-
 def train(
     cfg: Config,
     out: Path,
@@ -380,7 +376,7 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
 
     def save(step: int) -> None:
         nonlocal last_saved
-        if not _all_finite(model.state_dict(), ema.shadow):
+        if non_finite(model.state_dict(), ema.shadow):
             raise NumericalError(
                 f"training diverged: the weights are not finite at step {step}, so they were not saved; "
                 f"{where_finite()}",

@@ -29,28 +29,34 @@ def is_hf_source(source) -> bool:
     return str(source).startswith(PREFIX)
 
 
-def parse_hf_source(source) -> tuple[str, str | None, Path | None]:
-    """``hf:NAME_OR_PATH[#FILE.gguf]`` -> (name or path, GGUF file, local folder or None)."""
-    body = str(source)[len(PREFIX):]
+def parse_hf_source(source, *, label: str | None = None, folder_fix: str | None = None,
+                    offline_fix: str | None = None) -> tuple[str, str | None, Path | None]:
+    """``hf:NAME_OR_PATH[#FILE.gguf]`` -> (name or path, GGUF file, local folder or None).
+
+    Checked without loading anything: a folder needs ``config.json``; a path that does not exist is
+    an error; a hub name needs the hub switched on and reachable (fails at once, no retries).
+    ``label`` names the source in messages (``--judge x``); the fixes can be worded for the caller."""
+    body = str(source)[len(PREFIX):] if str(source).startswith(PREFIX) else str(source)
     if not body:
         raise PrimebenchError("'hf:' needs a model folder or hub name", fix="e.g. hf:/path/to/gpt2 or (online) hf:gpt2")
+    label = label or f"hf:{body}"
+    folder_fix = folder_fix or "pass the folder of an HF causal LM (config.json and weights), or a hub name when online"
     body, _, gguf = body.partition("#")
     local = Path(body).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file() and not gguf:
-            raise PrimebenchError(f"{str(local)!r} is a folder but not a transformers model (no config.json)",
-                                  fix="pass the folder of an HF causal LM (config.json and weights)")
+            raise PrimebenchError(f"{label} is a folder but not a model (no config.json)", fix=folder_fix)
         return str(local), gguf or None, local
-    if local.exists() or body.startswith((".", "/", "~")):
-        raise PrimebenchError(f"hf:{body}: {str(local)!r} is not a model folder"
-                              + ("" if local.exists() else " (it does not exist)"),
-                              fix="pass an HF model folder, or a hub name when online")
+    if local.exists() or body.startswith((".", "/", "~")) or body.endswith((".gguf", ".safetensors", ".bin")):
+        raise PrimebenchError(f"{label}: {str(local)!r} is not a model folder"
+                              + ("" if local.exists() else " (it does not exist)"), fix=folder_fix)
     from harness.offline import hf_offline, hub_reachable
 
     if hf_offline("transformers") or not hub_reachable():
-        raise OfflineError(f"hf:{body} is not a local folder and the Hugging Face hub is "
+        raise OfflineError(f"{label} is not a local folder and the Hugging Face hub is "
                            + ("switched off" if hf_offline("transformers") else "unreachable"),
-                           fix="download the model on a machine with network and pass its folder: hf:/path/to/model")
+                           fix=offline_fix or "download the model on a machine with network and pass its folder: "
+                                              "hf:/path/to/model")
     return body, gguf or None, None
 
 

@@ -12,7 +12,6 @@ noise sigma(t) = -log(1 - (1 - 1e-3) t).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,6 @@ CKPT_PREFIX = "mdlm-ckpt:"
 PRIME_PREFIX = "prime-ckpt:"
 CONFIG_KEYS = ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")
 LOGLINEAR_EPS = 1e-3
-
-
-def is_mdlm_hf_source(source) -> bool:
-    return str(source).startswith(PREFIX)
-
-
-def is_mdlm_ckpt_source(source) -> bool:
-    return str(source).startswith(CKPT_PREFIX)
 
 
 class MDLMBackbone(nn.Module):
@@ -53,10 +44,9 @@ def read_mdlm_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{str(folder)!r} has no config.json", fix="pass the folder of an MDLM release in the HF layout")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc})", fix="restore the file") from exc
+    from harness.io import read_json
+
+    config = read_json(path, what="MDLM config", fix="restore the file", error=CheckpointError)
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
         raise CheckpointError(f"{path} is not an MDLM config (missing {', '.join(missing)})",
@@ -307,4 +297,4 @@ def _tokenizer(folder: Path, C: int):
     return tokenizer
 
 
-__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "build_prime", "PrimeBackbone", "load_dit", "is_mdlm_hf_source", "is_mdlm_ckpt_source", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]
+__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "build_prime", "PrimeBackbone", "load_dit", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]
