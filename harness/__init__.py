@@ -5,15 +5,17 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def load(path, *, ema: bool = True, device: str = "cpu"):
+def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
     """Load ``(model, tokenizer, config)`` from a checkpoint folder written by ``primebench train``,
     from ``hf:NAME_OR_PATH`` (an HF causal LM, evaluated as the ARM family), or from
     ``mdlm-hf:PATH`` / ``mdlm-ckpt:FILE`` (a published MDLM checkpoint in the HF layout or as
     Lightning ``.ckpt``, evaluated as MDLM; ``ema`` picks the EMA weights of a ``.ckpt``), or from
-    ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, evaluated as Prime)."""
+    ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, evaluated as Prime), or from
+    ``ar-ckpt:FILE`` (the releases' autoregressive baseline, evaluated as the ARM). ``tokenizer``
+    names the tokenizer of a release checkpoint that has no tokenizer files beside it."""
     from harness.checkpoint import load_checkpoint
     from harness.models.hf_causal import hf_arm, is_hf_source
-    from harness.models.mdlm_import import CKPT_PREFIX, PREFIX, PRIME_PREFIX, mdlm_ckpt, mdlm_hf, prime_ckpt
+    from harness.models.mdlm_import import LOADERS
 
     if is_hf_source(path):
         return hf_arm(str(path), device=device)
@@ -22,11 +24,8 @@ def load(path, *, ema: bool = True, device: str = "cpu"):
     source = str(path)
     if is_transfer_folder(source):  # written by `primebench import` / `primebench export`
         return load_transfer_folder(source, ema=ema, device=device)
-    if source.startswith(PREFIX):
-        return mdlm_hf(source, device=device)
-    if source.startswith(CKPT_PREFIX):
-        return mdlm_ckpt(source, ema=ema, device=device)
-    if source.startswith(PRIME_PREFIX):
-        return prime_ckpt(source, ema=ema, device=device)
+    for prefix, loader in LOADERS.items():
+        if source.startswith(prefix):
+            return loader(source, ema=ema, device=device, tokenizer=tokenizer)
 
     return load_checkpoint(path, ema=ema, device=device)

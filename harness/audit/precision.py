@@ -286,7 +286,8 @@ class PrecisionRun:
 def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_samples: int, dtypes: Sequence[str],
                      method: str, sampler: str | None, controls: bool, batch_size: int, seed: int,
                      entropy_base: str | int, judge: str | None = None, device: str = "cpu",
-                     log: Callable[[str], None] | None = None) -> PrecisionRun:
+                     log: Callable[[str], None] | None = None, carry_over: bool | None = None,
+                     ema: bool = True) -> PrecisionRun:
     """Load ``checkpoint`` (and the ``judge`` spec, if any), run :func:`precision_audit` on it with the
     tokenizer's BOS, and make the record (wall time from loading to the last row)."""
     from harness.evaluation import load_for_evaluation
@@ -296,7 +297,7 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
         from harness.judges import check_judge_spec
 
         check_judge_spec(judge)  # before anything loads
-    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     the_judge = None
     if judge:
         from harness.judges import load_judge
@@ -307,6 +308,7 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
         controls=controls, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
         bos_id=None if tokenizer is None else tokenizer.bos_id, log=log, judge=the_judge, tokenizer=tokenizer,
     )
+    audit.protocol.update(model.protocol(), weights="EMA" if ema else "raw")
     wall = time.perf_counter() - began
     return PrecisionRun(audit, record(audit, checkpoint=checkpoint, wall_s=wall, cfg=cfg))
 

@@ -22,11 +22,13 @@ from harness.cli.options import int_list, out_option
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of every run (same in each dtype).")
 @click.option("--bits", is_flag=True, help="Entropy in bits instead of nats.")
 @click.option("--judge", default=None, help="Also report Gen PPL under this judge (smollm2, an HF causal LM folder, arm:CKPT).")
+@click.option("--carry-over/--no-carry-over", default=None, help="Prime: sample with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.")
+@click.option("--ema/--no-ema", default=True, show_default=True, help="Sample from the EMA weights or the raw ones. Recorded.")
 @click.option("--device", default="cpu", show_default=True, help="torch device for the model and the draws.")
 @out_option("Write the JSON record and its plot (same name, .png) into this folder.", dest="out_dir")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
-def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls, batch_size, seed, bits, judge, device,
-                  out_dir, as_json):
+def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls, batch_size, seed, bits, judge, carry_over,
+                  ema, device, out_dir, as_json):
     """Same sampler, same seed, fp32 vs fp64: does the sample entropy depend on the draw's precision?"""
     from harness.audit.precision import audit_checkpoint, plot
     from harness.cli.emit import emit_record
@@ -37,6 +39,7 @@ def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls,
         checkpoint, steps=int_list(steps), num_samples=samples, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()],
         method=method, sampler=sampler, controls=controls, batch_size=batch_size, seed=seed,
         entropy_base=2 if bits else "e", judge=judge, device=device, log=lambda message: console().log(message),
+        carry_over=carry_over, ema=ema,
     )
     path = emit_record(run.record, out=out_dir, as_json=as_json, render=render_precision, indent=None)
     if path is not None:

@@ -81,8 +81,14 @@ def run_zeroshot(
     steps: int | None = None,
     bootstrap_iters: int = 0,
     device: str = "cpu",
+    carry_over: bool | None = None,
+    ema: bool = True,
 ) -> dict:
-    """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record."""
+    """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record.
+
+    ``carry_over`` overrides Prime's carry-over (None: as trained) and ``ema`` picks the EMA or raw
+    weights; both are recorded. Every row starts with the tokenizer's BOS, given as context and never
+    scored (what ``eval ppl --ignore-bos`` does for a whole row)."""
     import lm_eval
     from importlib import metadata
 
@@ -96,7 +102,7 @@ def run_zeroshot(
         raise PrimebenchError(f"--limit must be a positive number of documents, got {limit}", fix="e.g. --limit 50")
     t0 = time.time()
     names = parse_tasks(tasks)
-    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device)
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     lm = PrimebenchLM(model, tokenizer, mc_samples=mc_samples, batch_size=batch_size, seed=seed,
                       time_sampler=time_sampler, sampler=sampler, steps=steps)
     loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
@@ -127,6 +133,9 @@ def run_zeroshot(
         "adapter": lm.stats.to_dict(),
         "rolling": lm.rolling_description(),
         "truncation": "context cut from the left (BOS kept); a continuation that cannot fit is an error",
+        "bos": "every row starts with the tokenizer's BOS, given as context, never masked or scored",
+        "weights": "EMA" if ema else "raw",
+        **model.protocol(),
     }
     if lm.stats.requests["generate_until"]:
         protocol["generation"] = {"sampler": sampler or "family default", "steps": steps or "max_gen_toks",

@@ -139,18 +139,20 @@ def hf_arm_class():
     from harness.models.base import ModelFamily
 
     class _HFCausalARM(ARM):
-        """An HF causal LM as the ARM family (exact NLL over the L - 1 shifted targets)."""
+        """An external causal network (an HF causal LM, the release's AR DiT) as the ARM family
+        (exact NLL over the L - 1 shifted targets)."""
 
-        def __init__(self, backbone: nn.Module, *, vocab_size: int, seq_len: int, source: str):
+        def __init__(self, backbone: nn.Module, *, vocab_size: int, seq_len: int, source: str,
+                     network: str = "transformers AutoModelForCausalLM (float32)"):
             ModelFamily.__init__(self, vocab_size=vocab_size, seq_len=seq_len,
                                  hparams={"source": source, "positions": "model's own", "start_token": False})
             self.start_token = False
             self.start_id = None
-            self.source = source
+            self.source, self.network = source, network
             self.backbone = backbone
 
         def protocol(self) -> dict[str, Any]:
-            return {"model_source": self.source, "network": "transformers AutoModelForCausalLM (float32)"}
+            return {"model_source": self.source, "network": self.network}
 
     return _HFCausalARM
 

@@ -62,35 +62,49 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class _Block(nn.Module):
-    def __init__(self, dim: int, n_heads: int, cond_dim: int):
+    """One DiT block; ``cond_dim=None`` is the release's causal AR block (no adaLN: residuals
+    ``x + f(norm(x))``) and ``causal`` masks attention to the past."""
+
+    def __init__(self, dim: int, n_heads: int, cond_dim: int | None, causal: bool = False):
         super().__init__()
-        self.n_heads = n_heads
+        self.n_heads, self.causal = n_heads, causal
         self.norm1 = _Norm(dim)
         self.attn_qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.attn_out = nn.Linear(dim, dim, bias=False)
         self.norm2 = _Norm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim))
-        self.adaLN_modulation = nn.Linear(cond_dim, 6 * dim)
+        if cond_dim is not None:
+            self.adaLN_modulation = nn.Linear(cond_dim, 6 * dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
         B, L, D = x.shape
-        shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
-        qkv = self.attn_qkv(_modulate(self.norm1(x), shift1, scale1)).view(B, L, 3, self.n_heads, D // self.n_heads)
+        if c is None:
+            h = self.norm1(x)
+        else:
+            shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+            h = _modulate(self.norm1(x), shift1, scale1)
+        qkv = self.attn_qkv(h).view(B, L, 3, self.n_heads, D // self.n_heads)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, d)
         q, k = _rotate(q.float(), cos, sin), _rotate(k.float(), cos, sin)
-        attn = F.scaled_dot_product_attention(q, k, v.float()).transpose(1, 2).reshape(B, L, D)
+        attn = F.scaled_dot_product_attention(q, k, v.float(), is_causal=self.causal).transpose(1, 2).reshape(B, L, D)
+        if c is None:
+            x = x + self.attn_out(attn)
+            return x + self.mlp(self.norm2(x))
         x = x + gate1 * self.attn_out(attn)
         return x + gate2 * self.mlp(_modulate(self.norm2(x), shift2, scale2))
 
 
 class _Final(nn.Module):
-    def __init__(self, dim: int, vocab: int, cond_dim: int):
+    def __init__(self, dim: int, vocab: int, cond_dim: int | None):
         super().__init__()
         self.norm_final = _Norm(dim)
         self.linear = nn.Linear(dim, vocab)
-        self.adaLN_modulation = nn.Linear(cond_dim, 2 * dim)
+        if cond_dim is not None:
+            self.adaLN_modulation = nn.Linear(cond_dim, 2 * dim)
 
-    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
+        if c is None:
+            return self.linear(self.norm_final(x))
         shift, scale = self.adaLN_modulation(c)[:, None].chunk(2, dim=-1)
         return self.linear(_modulate(self.norm_final(x), shift, scale))
 
@@ -111,28 +125,34 @@ class MDLMDiT(nn.Module):
     (``vocab_size`` = base + 1 values, the mask included), each embedded in ``hidden_dim / ell``
     features and concatenated in digit order (most significant first) into one token's
     ``hidden_dim``; the output layer scores ``vocab_out`` = C whole tokens.
+
+    ``causal=True`` is the release's autoregressive baseline (``models/autoregressive.py``): the
+    same blocks without adaLN or ``sigma_map``, causal attention, ``output_layer`` = LayerNorm then
+    Linear; position i scores token i + 1.
     """
 
     def __init__(self, *, vocab_size: int, hidden_dim: int, cond_dim: int, n_blocks: int, n_heads: int,
-                 vocab_out: int | None = None, ell: int = 1):
+                 vocab_out: int | None = None, ell: int = 1, causal: bool = False):
         super().__init__()
         head = hidden_dim // n_heads
         if head * n_heads != hidden_dim or head % 2:
             raise ValueError(f"hidden_dim {hidden_dim} must split into {n_heads} heads of an even size")
         if hidden_dim % ell:
             raise ValueError(f"hidden_dim {hidden_dim} must split into ell = {ell} sub-token embeddings")
-        self.ell = ell
+        self.ell, self.causal = ell, causal
         self.vocab_embed = _Embedding(vocab_size, hidden_dim // ell)
-        self.sigma_map = _SigmaMap(cond_dim)
-        self.blocks = nn.ModuleList(_Block(hidden_dim, n_heads, cond_dim) for _ in range(n_blocks))
-        self.output_layer = _Final(hidden_dim, vocab_out or vocab_size, cond_dim)
+        cond = None if causal else cond_dim
+        if not causal:
+            self.sigma_map = _SigmaMap(cond_dim)
+        self.blocks = nn.ModuleList(_Block(hidden_dim, n_heads, cond, causal) for _ in range(n_blocks))
+        self.output_layer = _Final(hidden_dim, vocab_out or vocab_size, cond)
         self.register_buffer("inv_freq", 1.0 / 10_000 ** (torch.arange(0, head, 2).float() / head), persistent=False)
 
-    def forward(self, ids: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
         x = self.vocab_embed(ids).float()
         if self.ell > 1:  # (B, L, ell, D / ell) -> (B, L, D)
             x = x.reshape(ids.shape[0], ids.shape[1], -1)
-        c = F.silu(self.sigma_map(sigma))
+        c = None if self.causal else F.silu(self.sigma_map(sigma))
         angles = torch.arange(ids.shape[1], device=ids.device, dtype=torch.float32)[:, None] * self.inv_freq[None]
         angles = torch.cat([angles, angles], dim=-1)  # (L, d): frequencies over both halves
         cos, sin = angles.cos(), angles.sin()

@@ -23,6 +23,7 @@ from harness.errors import CheckpointError
 PREFIX = "mdlm-hf:"
 CKPT_PREFIX = "mdlm-ckpt:"
 PRIME_PREFIX = "prime-ckpt:"
+AR_PREFIX = "ar-ckpt:"
 CONFIG_KEYS = ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")
 LOGLINEAR_EPS = 1e-3
 
@@ -74,7 +75,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def mdlm_hf(source, *, device: str = "cpu"):
+def mdlm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: bool = True):
     """Load ``mdlm-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
     folder = Path(str(source)[len(PREFIX):]).expanduser()
     if not folder.is_dir():
@@ -86,10 +87,10 @@ def mdlm_hf(source, *, device: str = "cpu"):
     shape = {k: int(config[k]) for k in CONFIG_KEYS}
     return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
                       tokenizer_folder=folder, source=f"{PREFIX}{folder}", where=str(folder), extra_keys=others,
-                      device=device)
+                      device=device, tokenizer=_tokenizer(folder, shape["vocab_size"] - 1, tokenizer))
 
 
-def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu"):
+def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
     """Load ``mdlm-ckpt:FILE`` (MDLM's Lightning checkpoint) -> ``(model, tokenizer, config)``.
 
     Weights under ``state_dict`` as ``backbone.*``; EMA weights (used by default, as MDLM evaluates)
@@ -102,7 +103,7 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu"):
         state = _ema_state(state, shadow, shape, where=str(path))
     return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
                       tokenizer_folder=path.parent, source=f"{CKPT_PREFIX}{path}", where=str(path),
-                      extra_keys=[], device=device, ema=ema)
+                      extra_keys=[], device=device, ema=ema, tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer))
 
 
 def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
@@ -125,7 +126,7 @@ def _dit(shape: dict):
 
     return MDLMDiT(vocab_size=shape["vocab_size"], hidden_dim=shape["hidden_dim"], cond_dim=shape["cond_dim"],
                    n_blocks=shape["n_blocks"], n_heads=shape["n_heads"], vocab_out=shape.get("vocab_out"),
-                   ell=shape.get("ell", 1))
+                   ell=shape.get("ell", 1), causal=bool(shape.get("causal", False)))
 
 
 def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
@@ -234,7 +235,7 @@ def _model_shape(config: dict, where: str, **extra) -> dict:
                               fix="pass the release's own .ckpt (its Hydra config names the model size)") from exc
 
 
-def prime_ckpt(source, *, ema: bool = True, device: str = "cpu"):
+def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
     """Load ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, ell > 1) -> ``(model, tokenizer, config)``.
 
     ``config.prime`` gives ell (``target_length``), the base and carry-over; the network is MDM-Prime's
@@ -262,7 +263,8 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu"):
         state = _ema_state(state, shadow, shape, where=str(path))
     return build_prime(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
                        carry_over=bool(prime_cfg.get("carry_over", True)), tokenizer_folder=path.parent,
-                       source=f"{PRIME_PREFIX}{path}", where=str(path), device=device, ema=ema)
+                       source=f"{PRIME_PREFIX}{path}", where=str(path), device=device, ema=ema,
+                       tokenizer=_tokenizer(path.parent, C, tokenizer))
 
 
 def build_prime(state: dict, *, shape: dict, time_conditioning: bool, carry_over: bool, tokenizer_folder: Path,
@@ -280,21 +282,86 @@ def build_prime(state: dict, *, shape: dict, time_conditioning: bool, carry_over
                    device=device, tokenizer=tokenizer, ell=ell, carry_over=carry_over)
 
 
-def _tokenizer(folder: Path, C: int):
+class ARBackbone(nn.Module):
+    """Our backbone's call over the release's causal DiT: (B, P) ids -> (B, P, C) next-token logits.
+
+    The release sets the mask logit to -1000 before its log-softmax over C + 1 classes; dropping
+    that logit gives the same C probabilities (exp(-1000) is zero in float32)."""
+
+    def __init__(self, dit: nn.Module, *, vocab_size: int):
+        super().__init__()
+        self.dit = dit
+        self.vocab_size = vocab_size
+
+    def forward(self, ids: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
+        return self.dit(ids)[..., : self.vocab_size]
+
+
+def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
+    """Load ``ar-ckpt:FILE`` (the autoregressive baseline of the MDLM / MDM-Prime releases, a
+    Lightning checkpoint with ``backbone: ar``) as our ARM family -> ``(model, tokenizer, config)``.
+
+    Rows are ``model.length`` tokens; as in the release, the network reads the first L - 1 and
+    scores the L - 1 shifted targets."""
+    path = Path(str(source)[len(AR_PREFIX):]).expanduser()
+    state, config, shadow = read_release_ckpt(path, what="AR checkpoint", ema=ema)
+    prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
+    if int(prime_cfg.get("target_length", 1)) != 1:
+        raise CheckpointError(f"{str(path)!r} is an AR over sub-tokens (prime.target_length = {prime_cfg['target_length']})",
+                              fix="only the token-level AR baseline (target_length 1) is supported")
+    if any(k.startswith(("sigma_map.", "blocks.0.adaLN")) for k in state):
+        raise CheckpointError(f"{str(path)!r} has adaLN / sigma_map weights: a diffusion checkpoint, not the AR baseline",
+                              fix=f"load it with {CKPT_PREFIX}{path} (or {PRIME_PREFIX} for ell > 1)")
+    V = int(state["vocab_embed.embedding"].shape[0])
+    shape = _model_shape(config, str(path), vocab_size=V, causal=True)
+    if shadow is not None:
+        state = _ema_state(state, shadow, shape, where=str(path))
+    dit = load_dit(state, shape, where=str(path), extra_keys=[])
+    return build_ar(dit, shape=shape, tokenizer=_tokenizer(path.parent, V - 1, tokenizer),
+                    source=f"{AR_PREFIX}{path}", ema=ema, device=device, name=path.stem)
+
+
+def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool | None, device: str, name: str):
+    """Our ARM (an external-network ARM, as for ``hf:``) over the release's causal DiT."""
+    from baselines.arm import ARMConfig
+    from harness.config import Config, DataConfig
+    from harness.models.hf_causal import hf_arm_class
+
+    C, L = shape["vocab_size"] - 1, shape["model_length"]
+    model = hf_arm_class()(ARBackbone(dit, vocab_size=C), vocab_size=C, seq_len=L, source=source,
+                           network="the release's causal DiT (float32)")
+    model.hparams.update(_provenance(source, ema), d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
+                         n_heads=shape["n_heads"])
+    cfg = Config(model=ARMConfig(family="arm", d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
+                                 n_heads=shape["n_heads"]),
+                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=L), name=name)
+    return model.to(device).eval(), tokenizer, cfg
+
+
+LOADERS = {PREFIX: mdlm_hf, CKPT_PREFIX: mdlm_ckpt, PRIME_PREFIX: prime_ckpt, AR_PREFIX: ar_ckpt}
+
+
+def _tokenizer(folder: Path, C: int, spec: str | None = None):
+    """The tokenizer of a release checkpoint: ``spec`` when given (any ``--tokenizer`` spec), else
+    the tokenizer files beside the weights, else GPT-2's for C = 50257 (MDLM's and MDM-Prime's
+    OpenWebText models); its size must be C."""
     from harness.data import get_tokenizer
     from harness.data.tokenizers.hf import load_transformers
 
-    if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
+    if spec is not None:
+        tokenizer = get_tokenizer(spec)
+    elif (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
         tokenizer = load_transformers(folder.resolve(), spec=f"hf:{folder.resolve()}")
     elif C == 50257:
         tokenizer = get_tokenizer("gpt2")  # MDLM's OpenWebText models use GPT-2's tokenizer
     else:
         raise CheckpointError(f"{str(folder)!r} has no tokenizer files and C = {C} is not GPT-2's vocabulary",
-                              fix="save the release's tokenizer into the folder (tokenizer.json)")
+                              fix="name the release's tokenizer (harness.load(..., tokenizer=SPEC), "
+                                  "primebench import --tokenizer SPEC) or save its tokenizer.json into the folder")
     if tokenizer.vocab_size != C:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} ids but the model has C = {C} (V = C + 1 with the mask)",
                               fix="pass the tokenizer the release was trained with")
     return tokenizer
 
 
-__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "build_prime", "PrimeBackbone", "load_dit", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]
+__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "ar_ckpt", "build_ar", "ARBackbone", "LOADERS", "build_prime", "PrimeBackbone", "load_dit", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]

@@ -17,7 +17,8 @@ from typing import Any
 
 from harness.errors import CheckpointError, PrimebenchError
 
-FORMATS = {"mdlm-hf": "mdlm-hf:", "mdlm-ckpt": "mdlm-ckpt:", "prime-ckpt": "prime-ckpt:", "hf-causal": "hf:"}
+FORMATS = {"mdlm-hf": "mdlm-hf:", "mdlm-ckpt": "mdlm-ckpt:", "prime-ckpt": "prime-ckpt:", "ar-ckpt": "ar-ckpt:",
+           "hf-causal": "hf:"}
 IMPORT_KEY = "primebench_import"
 EXPORT_KEY = "primebench_export"
 WEIGHTS = "model.safetensors"
@@ -40,14 +41,15 @@ def _prepare(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def import_checkpoint(source: str, out: str | Path, *, ema: bool = True) -> Path:
-    """Convert ``source`` (a prefixed published checkpoint) into the folder ``out``; returns ``out``."""
+def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokenizer: str | None = None) -> Path:
+    """Convert ``source`` (a prefixed published checkpoint) into the folder ``out``; returns ``out``.
+    ``tokenizer`` names the tokenizer of a release checkpoint without tokenizer files."""
     import harness
     from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
     from harness.models.hf_causal import is_hf_source
 
     out = Path(out)
-    model, tokenizer, cfg = harness.load(source, ema=ema)  # validates everything before anything is written
+    model, tokenizer, cfg = harness.load(source, ema=ema, tokenizer=tokenizer)  # validates all before writing
     _prepare(out)
     info: dict[str, Any] = {"format": next(k for k, p in FORMATS.items() if source.startswith(p)), "source": source,
                             "weights": "EMA" if ema else "raw", "family": model.family}
@@ -59,10 +61,12 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True) -> Path
         atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True))
         return out
     dit = model.backbone.dit
-    shape = {"vocab_size": int(dit.vocab_embed.embedding.shape[0]), "model_length": model.seq_len,
-             "hidden_dim": cfg.model.d_model, "cond_dim": cfg.model.cond_dim, "n_blocks": cfg.model.n_layers,
-             "n_heads": cfg.model.n_heads, "time_conditioning": bool(model.time_conditioning)}
-    if model.units_per_token > 1:
+    shape = {"vocab_size": int(dit.vocab_embed.embedding.shape[0]), "model_length": cfg.data.seq_len,
+             "hidden_dim": cfg.model.d_model, "cond_dim": getattr(cfg.model, "cond_dim", 0), "n_blocks": cfg.model.n_layers,
+             "n_heads": cfg.model.n_heads, "time_conditioning": bool(getattr(model, "time_conditioning", False))}
+    if dit.causal:
+        shape.update(causal=True)
+    elif model.units_per_token > 1:
         shape.update(prime={"ell": model.ell, "base": model.base, "carry_over": model.carry_over},
                      vocab_out=model.vocab_size)
     tensors = {f"backbone.{k}": v for k, v in dit.state_dict().items()}
@@ -97,7 +101,7 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
     from safetensors.torch import load_file
 
     from harness.data import load_tokenizer
-    from harness.models.mdlm_import import build_mdlm, build_prime
+    from harness.models.mdlm_import import build_ar, build_mdlm, build_prime, load_dit
 
     tensors = load_file(str(folder / WEIGHTS))
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
@@ -105,6 +109,10 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
     shape = {k: int(doc[k]) for k in ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")}
     common = dict(time_conditioning=bool(doc.get("time_conditioning")), tokenizer_folder=folder, source=str(folder),
                   where=str(folder), device=device, tokenizer=tokenizer)
+    if doc.get("causal"):
+        shape.update(causal=True)
+        return build_ar(load_dit(state, shape, where=str(folder), extra_keys=[]), shape=shape, tokenizer=tokenizer,
+                        source=str(folder), ema=None, device=device, name=folder.name)
     if "prime" in doc:
         shape.update(vocab_out=int(doc["vocab_out"]), ell=int(doc["prime"]["ell"]))
         return build_prime(state, shape=shape, carry_over=bool(doc["prime"]["carry_over"]), **common)

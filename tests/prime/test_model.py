@@ -7,6 +7,7 @@ own network (``Prime.denoiser()``), on tiny time-independent models with random 
 
 from __future__ import annotations
 
+import json
 import pytest
 import torch
 
@@ -259,3 +260,24 @@ def test_carry_over_override_at_evaluation_is_recorded(trained):
     assert off["metrics"]["nll_token_joint"]["value"] != base["metrics"]["nll_token_joint"]["value"]
     with pytest.raises(PrimebenchError, match="applies to Prime"):
         run_ppl(trained("mdlm"), max_rows=2, carry_over=True)
+
+
+def test_carry_over_and_weights_flags_reach_zeroshot_and_the_precision_audit(trained, tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["eval", "zeroshot", str(trained("prime")), "--tasks", "wiki_lastword", "--limit", "2",
+                               "-K", "1", "--no-carry-over", "--no-ema", "--json"])
+    assert res.exit_code == 0, res.output
+    protocol = json.loads(res.output[res.output.index("{"):])["protocol"]
+    assert protocol["carry_over"] is False and protocol["carry_over_trained"] is True and protocol["weights"] == "raw"
+    assert "never masked or scored" in protocol["bos"]
+    res = runner.invoke(main, ["audit", "precision", str(trained("prime")), "--steps", "4", "--samples", "2",
+                               "--batch-size", "2", "--no-controls", "--no-carry-over", "--json"])
+    assert res.exit_code == 0, res.output
+    protocol = json.loads(res.output[res.output.index("{"):])["protocol"]
+    assert protocol["carry_over"] is False and protocol["carry_over_trained"] is True and protocol["weights"] == "EMA"
+    res = runner.invoke(main, ["eval", "zeroshot", str(trained("mdlm")), "--tasks", "wiki_lastword", "--carry-over"])
+    assert res.exit_code != 0 and "applies to Prime" in res.output

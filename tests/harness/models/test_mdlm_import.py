@@ -268,3 +268,93 @@ def test_imported_mdlm_through_zeroshot_and_the_precision_audit(tmp_path):
     assert res.exit_code == 0, res.output
     record = json.loads(res.stdout[res.stdout.index("{"):])
     assert record["model"]["checkpoint"] == f"mdlm-hf:{folder}"
+
+
+def _ar_weights(vocab, seed=0):
+    """The release's AR baseline (``backbone: ar``): DiT blocks without adaLN or sigma_map."""
+    w = {k: v for k, v in _raw_weights(seed).items() if "adaLN" not in k and "sigma_map" not in k}
+    g = torch.Generator().manual_seed(seed + 100)
+    w["backbone.vocab_embed.embedding"] = 0.3 * torch.randn(vocab, D, generator=g)
+    w["backbone.output_layer.linear.weight"] = 0.3 * torch.randn(vocab, D, generator=g)
+    w["backbone.output_layer.linear.bias"] = 0.3 * torch.randn(vocab, generator=g)
+    return w
+
+
+def _reference_ar_log_probs(w, ids):
+    """The release's AR forward op by op: causal attention, residuals without gates, the mask logit
+    (the last of V) set to -1000, log-softmax over all V."""
+    lin = lambda x, name, bias=True: x @ w[name + ".weight"].T + (w[name + ".bias"] if bias else 0)  # noqa: E731
+
+    def norm(x, name):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * w[name]
+
+    x = w["backbone.vocab_embed.embedding"][ids]
+    B, T = ids.shape
+    d = D // HEADS
+    pos = torch.arange(T).float()[:, None] * w["backbone.rotary_emb.inv_freq"][None]
+    rope = lambda t: torch.cat([t[..., : d // 2] * pos.cos() - t[..., d // 2:] * pos.sin(),  # noqa: E731
+                                t[..., d // 2:] * pos.cos() + t[..., : d // 2] * pos.sin()], -1)
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    for i in range(BLOCKS):
+        p = f"backbone.blocks.{i}."
+        qkv = lin(norm(x, p + "norm1.weight"), p + "attn_qkv", bias=False).view(B, T, 3, HEADS, d)
+        q, k, v = (qkv[:, :, j].permute(0, 2, 1, 3) for j in range(3))
+        scores = (rope(q) @ rope(k).transpose(-1, -2) / math.sqrt(d)).masked_fill(future, float("-inf"))
+        x = x + lin((torch.softmax(scores, -1) @ v).permute(0, 2, 1, 3).reshape(B, T, D), p + "attn_out", bias=False)
+        h = lin(norm(x, p + "norm2.weight"), p + "mlp.0")
+        x = x + lin(0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3))), p + "mlp.2")
+    logits = lin(norm(x, "backbone.output_layer.norm_final.weight"), "backbone.output_layer.linear")
+    logits[..., -1] = -1000.0
+    return logits.log_softmax(-1)
+
+
+def test_release_ar_ckpt_matches_a_direct_recomputation(tmp_path, monkeypatch):
+    from harness.models.mdlm_dit import MDLMDiT
+
+    make_config = _fake_omegaconf(monkeypatch)
+    raw, ema_raw = _ar_weights(V, 0), _ar_weights(V, 1)
+    order = [n for n, _ in MDLMDiT(vocab_size=V, hidden_dim=D, cond_dim=COND, n_blocks=BLOCKS, n_heads=HEADS,
+                                   causal=True).named_parameters()]
+    assert len(order) == len([k for k in raw if "rotary" not in k])  # every weight has its EMA copy
+    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS,
+                                    "length": L, "causal": True}, "backbone": "ar", "parameterization": "ar"})
+    torch.save({"state_dict": raw, "ema": {"shadow_params": [ema_raw["backbone." + n] for n in order]},
+                "hyper_parameters": {"config": config}}, tmp_path / "ar.ckpt")
+    x0 = torch.randint(0, V - 1, (2, L), generator=torch.Generator().manual_seed(3))
+    for ema, weights in ((True, ema_raw), (False, raw)):
+        model, tok, cfg = harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=ema)
+        assert model.family == "arm" and model.seq_len == L and tok.spec == "gpt2" and cfg.data.seq_len == L
+        ref = _reference_ar_log_probs(weights, x0[:, :-1])  # the release reads L - 1 tokens, scores L - 1 targets
+        with torch.no_grad():
+            ours = model.log_probs(x0[:, :-1])
+            nll = model.nll(x0)
+        assert torch.allclose(ours, ref[..., : V - 1], atol=2e-5)
+        expected = -ref.gather(-1, x0[:, 1:, None]).squeeze(-1).sum(1)
+        assert torch.allclose(nll.nats.float(), expected, rtol=1e-5, atol=1e-3) and nll.kind == "exact"
+    # a diffusion checkpoint under ar-ckpt: is named as such
+    torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": config}}, tmp_path / "mdlm.ckpt")
+    with pytest.raises(CheckpointError, match="mdlm-ckpt"):
+        harness.load(f"ar-ckpt:{tmp_path / 'mdlm.ckpt'}", ema=False)
+
+
+def test_a_release_ckpt_without_tokenizer_files_takes_a_tokenizer_spec(tmp_path, monkeypatch):
+    make_config = _fake_omegaconf(monkeypatch)
+    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS,
+                                    "length": L}})
+    torch.save({"state_dict": _ar_weights(258), "hyper_parameters": {"config": config}}, tmp_path / "ar.ckpt")
+    with pytest.raises(CheckpointError, match="--tokenizer"):
+        harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=False)
+    model, tok, _ = harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=False, tokenizer="bytes")
+    assert tok.spec == "bytes" and model.vocab_size == 257
+    with pytest.raises(CheckpointError, match="257"):
+        harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=False, tokenizer="gpt2")
+    res = CliRunner().invoke(main, ["import", f"ar-ckpt:{tmp_path / 'ar.ckpt'}", "--no-ema", "--tokenizer", "bytes",
+                                    "--out", str(tmp_path / "imp")])
+    assert res.exit_code == 0, res.output
+    again, tok2, _ = harness.load(tmp_path / "imp")
+    z = torch.randint(0, 257, (2, L - 1), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert tok2.spec == "bytes" and torch.equal(again.log_probs(z), model.log_probs(z))
+    res = CliRunner().invoke(main, ["eval", "ppl", str(tmp_path / "imp"), "--data", "wiki-embedded", "--max-rows", "2"])
+    assert res.exit_code == 0, res.output
