@@ -7,7 +7,9 @@ Specs:
   comparable to GPT-2 Large Gen PPL in the papers; it is the offline default.
 * a local folder of an HF causal LM (``config.json`` inside), or an HF hub name such as
   ``gpt2-large`` (the papers' judge; needs the network unless cached);
-* ``arm:PATH`` or a project checkpoint folder whose family is ``arm``: a model trained here.
+* ``arm:PATH`` or a project checkpoint folder whose family is ``arm``: a model trained here, or
+  imported by ``primebench import``; ``ar-ckpt:FILE`` (or ``arm:ar-ckpt:FILE``): a release's AR
+  baseline.
 
 Every judge exposes ``encode(text) -> ids`` (no special tokens added, as MDLM's retokenisation
 with the GPT-2 tokenizer), ``eos_id``, ``context`` (its maximum length) and
@@ -98,8 +100,12 @@ def check_judge_spec(spec: str) -> str:
         return "smollm2"
     spec = spec.removeprefix("hf:")  # the same sources as `eval --checkpoint hf:...`
     path = Path(spec[4:] if spec.startswith("arm:") else spec).expanduser()
+    if spec.removeprefix("arm:").startswith("ar-ckpt:"):  # a release's AR baseline
+        return "checkpoint"
     if spec.startswith("arm:"):
-        if not _is_project_checkpoint(path):
+        from harness.models.transfer import is_transfer_folder
+
+        if not (_is_project_checkpoint(path) or is_transfer_folder(path)):
             raise PrimebenchError(f"--judge {spec!r}: {str(path)!r} is not a primebench checkpoint folder",
                                   fix="pass arm:DIR with the --out folder of `primebench train tiny/arm`")
         return "checkpoint"
@@ -126,7 +132,8 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     if kind == "checkpoint":
         from harness import load
 
-        model, tokenizer, cfg = load(path, device=device)
+        source = spec.removeprefix("arm:")
+        model, tokenizer, cfg = load(source if source.startswith("ar-ckpt:") else path, device=device)
         if not model.autoregressive:
             raise PrimebenchError(
                 f"judge checkpoint {str(path)!r} is a {model.family!r} model; a judge must be autoregressive",

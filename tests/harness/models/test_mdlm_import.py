@@ -16,38 +16,10 @@ import harness
 from harness.cli import main
 from harness.errors import CheckpointError
 
-V, D, COND, BLOCKS, HEADS, L = 50258, 16, 8, 2, 2, 24
-
-
-def _raw_weights(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    r = lambda *shape: 0.3 * torch.randn(*shape, generator=g)  # noqa: E731
-    w = {"backbone.vocab_embed.embedding": r(V, D),
-         "backbone.sigma_map.mlp.0.weight": r(COND, 256), "backbone.sigma_map.mlp.0.bias": r(COND),
-         "backbone.sigma_map.mlp.2.weight": r(COND, COND), "backbone.sigma_map.mlp.2.bias": r(COND),
-         "backbone.rotary_emb.inv_freq": 1.0 / 10_000 ** (torch.arange(0, D // HEADS, 2).float() / (D // HEADS)),
-         "backbone.output_layer.norm_final.weight": 1 + r(D), "backbone.output_layer.linear.weight": r(V, D),
-         "backbone.output_layer.linear.bias": r(V), "backbone.output_layer.adaLN_modulation.weight": r(2 * D, COND),
-         "backbone.output_layer.adaLN_modulation.bias": r(2 * D)}
-    for i in range(BLOCKS):
-        p = f"backbone.blocks.{i}."
-        w.update({p + "norm1.weight": 1 + r(D), p + "attn_qkv.weight": r(3 * D, D), p + "attn_out.weight": r(D, D),
-                  p + "norm2.weight": 1 + r(D), p + "mlp.0.weight": r(4 * D, D), p + "mlp.0.bias": r(4 * D),
-                  p + "mlp.2.weight": r(D, 4 * D), p + "mlp.2.bias": r(D),
-                  p + "adaLN_modulation.weight": r(6 * D, COND), p + "adaLN_modulation.bias": r(6 * D)})
-    return w
-
-
-def _write(folder, weights, **config):
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg = dict(vocab_size=V, model_length=L, hidden_dim=D, cond_dim=COND, n_blocks=BLOCKS, n_heads=HEADS,
-               dropout=0.1, time_conditioning=False, model_type="mdlm", auto_map={"AutoModelForMaskedLM": "x.MDLM"})
-    cfg.update(config)
-    (folder / "config.json").write_text(json.dumps(cfg))
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
-    return folder
+from tests.fixtures.releases import BLOCKS, COND, D, HEADS, L, V
+from tests.fixtures.releases import ar_weights as _ar_weights
+from tests.fixtures.releases import raw_weights as _raw_weights
+from tests.fixtures.releases import write_hf_folder as _write
 
 
 def _reference_logits(w, ids, sigma):
@@ -268,16 +240,6 @@ def test_imported_mdlm_through_zeroshot_and_the_precision_audit(tmp_path):
     assert res.exit_code == 0, res.output
     record = json.loads(res.stdout[res.stdout.index("{"):])
     assert record["model"]["checkpoint"] == f"mdlm-hf:{folder}"
-
-
-def _ar_weights(vocab, seed=0):
-    """The release's AR baseline (``backbone: ar``): DiT blocks without adaLN or sigma_map."""
-    w = {k: v for k, v in _raw_weights(seed).items() if "adaLN" not in k and "sigma_map" not in k}
-    g = torch.Generator().manual_seed(seed + 100)
-    w["backbone.vocab_embed.embedding"] = 0.3 * torch.randn(vocab, D, generator=g)
-    w["backbone.output_layer.linear.weight"] = 0.3 * torch.randn(vocab, D, generator=g)
-    w["backbone.output_layer.linear.bias"] = 0.3 * torch.randn(vocab, generator=g)
-    return w
 
 
 def _reference_ar_log_probs(w, ids):
