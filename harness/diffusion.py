@@ -141,7 +141,8 @@ def corrupt(
 
 
 def monte_carlo(estimate, batch: int, num_samples: int, *, generator, device) -> torch.Tensor:
-    """(B, K) float64 estimates, ``estimate(u (B,)) -> (B,)`` called once per sample.
+    """(B, K) float64 estimates, ``estimate(u (B,)) -> (B,)`` called once per sample; an estimate of
+    several numbers from the same draw, (B, E), gives (B, K, E).
 
     K = 1 stratifies the single draw over the batch (MDLM's protocol); K > 1, or per-row
     generators, stratify over the K samples of each sequence.
@@ -152,14 +153,17 @@ def monte_carlo(estimate, batch: int, num_samples: int, *, generator, device) ->
         u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
     else:
         u = stratified_uniform(batch, num_samples, generator=generator, device=device)
-    out = torch.empty(batch, num_samples, dtype=torch.float64, device=device)
+    out = None
     for k in range(num_samples):
-        out[:, k] = estimate(u[:, k]).double()
+        value = estimate(u[:, k]).double()
+        if out is None:
+            out = torch.empty(batch, num_samples, *value.shape[1:], dtype=torch.float64, device=device)
+        out[:, k] = value
     return out
 
 
 def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, K) per-sample estimates -> mean (B,) and standard error (B,) (NaN when K = 1)."""
+    """(B, K[, E]) per-sample estimates -> mean and standard error over K, (B[, E]) (NaN when K = 1)."""
     K = estimates.shape[1]
     mean = estimates.mean(1)
     if K < 2:
@@ -172,8 +176,9 @@ def monte_carlo_nelbo(
     *,
     units: torch.Tensor,
     valid: torch.Tensor,
-    log_probs,
-    unit_terms,
+    log_probs=None,
+    unit_terms=None,
+    terms=None,
     schedule,
     mask_id: int,
     sampler: str,
@@ -186,14 +191,21 @@ def monte_carlo_nelbo(
     Each of the K samples corrupts ``units`` (B, L[, ell]) where ``valid`` allows, calls
     ``log_probs(z_t, t or None) -> (B, L, C)`` and ``unit_terms(log_p, masked) -> (B, L)`` nats, and
     weights the summed terms: E[w * sum over masked units of -log p(unit | z_t)]. The families'
-    ``nll`` and ``prime.bounds``' Monte-Carlo mode both run this.
+    ``nll`` and ``prime.bounds``' Monte-Carlo mode both run this. ``terms(z_t, t, masked)`` replaces
+    the pair: it returns the (B, L) terms, or a list of them (several estimators from one forward
+    pass on the same corruptions), and then mean and standard error are (B, E).
     """
+    if terms is None:
+        def terms(z_t, t, masked):
+            return unit_terms(log_probs(z_t, t), masked)
 
     def estimate(u: torch.Tensor) -> torch.Tensor:
         z_t, masked, weight, t = corrupt(units, u, valid, sampler=sampler, schedule=schedule, mask_id=mask_id,
                                          generator=generator, time_conditioning=time_conditioning)
-        log_p = log_probs(z_t, None if t is None else t.float())
-        return weight.double() * unit_terms(log_p, masked).sum(-1).double()
+        out = terms(z_t, None if t is None else t.float(), masked)
+        if isinstance(out, (list, tuple)):
+            return torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)
+        return weight.double() * out.sum(-1).double()
 
     estimates = monte_carlo(estimate, x0.shape[0], num_samples, generator=generator, device=x0.device)
     return summarize_samples(estimates)

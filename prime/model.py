@@ -30,7 +30,7 @@ from harness.errors import ConfigError
 from harness.models import MODELS
 from harness.models.base import Estimator
 from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
-from prime.bounds import restricted_log_probs, subtoken_nll_terms, token_joint_nll_terms
+from prime.bounds import fused_prime_terms, restricted_log_probs, subtoken_nll_terms, token_joint_nll_terms
 from prime.embedding import SubtokenEmbedding
 from prime.subtokens import encode, subtoken_base
 
@@ -118,6 +118,21 @@ class Prime(MaskedDiffusion):
                 return token_joint_nll_terms(log_p, x0, masked | scored[..., None])
             return token_joint_nll_terms(log_p, x0, masked)
         raise ValueError(f"unknown estimator {estimator!r}: use 'subtoken' (bound) or 'token_joint' (paper objective)")
+
+    def nll_terms(self, z_t, t, attention_mask, x0, units, masked, estimators, scored) -> list[torch.Tensor]:
+        """Both estimators' terms from one forward pass, without forming the (B, L, C) restricted
+        log-softmax or scattering into sub-token marginals (:func:`prime.bounds.fused_prime_terms`);
+        the same numbers as :meth:`unit_terms` on :meth:`log_probs` (to float rounding; ell = 1 takes
+        the log-softmax path, so that it stays MDLM bit for bit)."""
+        if self.ell == 1:
+            return super().nll_terms(z_t, t, attention_mask, x0, units, masked, estimators, scored)
+        logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
+        joint_scored = None
+        if not self.carry_over and scored is not None:
+            joint_scored = (masked | scored[..., None]).any(-1)
+        return fused_prime_terms(logits.float(), z_t, x0, units, masked, C=self.vocab_size, base=self.base,
+                                 ell=self.ell, carry_over=self.carry_over, estimators=estimators,
+                                 joint_scored=joint_scored)
 
     # -- facts ------------------------------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:

@@ -134,6 +134,24 @@ def grid_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, *,
     return p.scatter(-1, top, 1.0 - p.sum(-1, keepdim=True))
 
 
+def grid_inverse_cdf_probs(probs: torch.Tensor, dtype: DTypeLike) -> torch.Tensor:
+    """Law of :func:`harness.sampling.categorical.sample_inverse_cdf` in ``dtype``, float64 (..., C).
+
+    The CDF is summed in ``dtype`` as the sampler sums it, and U = k 2^-b (k = 0 .. 2^b - 1) picks
+    class n when cdf_{n-1} <= U total < cdf_n, so P(n) = (ceil(N cdf_n / total) - ceil(N cdf_{n-1} /
+    total)) / N with N = 2^b (up to the rounding of U x total). Each class is off by less than one
+    cell 2^-b, in either direction: there is no cap, so the rare classes keep their mass on average.
+    """
+    _check_probs(probs)
+    dtype = parse_dtype(dtype)
+    N = 2.0 ** uniform_bits(dtype)
+    cdf = torch.cumsum(probs.to(dtype), dim=-1).to(torch.float64)
+    total = cdf[..., -1:]
+    cells = torch.ceil(cdf / total * N)
+    cells = torch.cat([torch.zeros_like(cells[..., :1]), cells], dim=-1)
+    return torch.diff(cells, dim=-1) / N
+
+
 def mdlm_step_distribution(token_probs: torch.Tensor, *, step: int, steps: int,
                            schedule: str | Schedule = "linear") -> torch.Tensor:
     """The categorical that MDLM's ancestral step draws from at one masked position, float64 (..., V+1).
@@ -212,6 +230,6 @@ def empirical_frequencies(probs: torch.Tensor, *, method: str = "gumbel", dtype:
 
 __all__ = [
     "uniform_bits", "truncation_level", "truncation_level_for_bits", "truncated_gumbel_probs",
-    "grid_gumbel_probs", "mdlm_step_distribution", "TokenDistributions", "peaked_and_flat",
+    "grid_gumbel_probs", "grid_inverse_cdf_probs", "mdlm_step_distribution", "TokenDistributions", "peaked_and_flat",
     "entropy", "kl", "empirical_frequencies",
 ]

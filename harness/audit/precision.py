@@ -83,9 +83,9 @@ def _check_steps(steps: Sequence[int]) -> tuple[int, ...]:
 
 def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num_samples: int, batch_size: int,
          seed: int, entropy_base, control: bool, bos_id: int | None, judge=None,
-         tokenizer=None) -> tuple[PrecisionRow, dict[str, Any]]:
+         tokenizer=None, draw: str = "joint") -> tuple[PrecisionRow, dict[str, Any]]:
     out = generate(model, sampler, num_samples=num_samples, batch_size=batch_size, steps=steps, dtype=dtype,
-                   method=method, generator=torch.Generator(device=model.device).manual_seed(seed),
+                   method=method, generator=torch.Generator(device=model.device).manual_seed(seed), draw=draw,
                    bos_id=bos_id if sampler == "autoregressive" else None)
     metric = MeanEntropy(base=entropy_base)
     metric.update(out.tokens)
@@ -121,6 +121,7 @@ def precision_audit(
     log: Callable[[str], None] | None = None,
     judge=None,
     tokenizer=None,
+    draw: str = "joint",
 ) -> PrecisionAudit:
     """Run the audit on a loaded model (see the module docstring).
 
@@ -130,7 +131,9 @@ def precision_audit(
     reproduces the reference behaviour). Every run is seeded with ``seed``. ``bos_id``: the first
     token of autoregressive samples (the tokenizer's BOS; needed for the ARM). ``judge`` (a loaded
     :mod:`harness.judges` judge) and ``tokenizer``: also score every run's samples for Gen PPL with
-    the same code as ``eval genppl``.
+    the same code as ``eval genppl``. ``draw``: the ancestral step's draw, MDLM's ``joint`` draw by
+    default (the one whose float32 truncation the audit is about); ``two-stage`` is the control
+    whose float32 run should match float64.
     """
     if judge is not None and tokenizer is None:
         raise PrimebenchError("Gen PPL in the precision audit needs the model's tokenizer to decode samples",
@@ -151,7 +154,7 @@ def precision_audit(
     rows: list[PrecisionRow] = []
     protocols: dict[str, dict[str, Any]] = {}
     common = dict(method=method, num_samples=num_samples, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
-                  bos_id=bos_id, judge=judge, tokenizer=tokenizer)
+                  bos_id=bos_id, judge=judge, tokenizer=tokenizer, draw=draw)
     for T in grid:
         for dtype in names:
             log(f"{main} steps={T if T is not None else 'per unit'} dtype={dtype}")
@@ -180,6 +183,7 @@ def precision_audit(
         "seeding": "every run starts from torch.Generator(device).manual_seed(seed)",
         "entropy": {"units": units_of(entropy_base), "ids": "model token ids", "per": "sample, then mean",
                     "ignore_ids": []},
+        "draw": draw if spec.name == "ancestral" else None,
         "judge": None if judge is None else judge.spec,
         "sampler_protocol": shared,
         "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"}
@@ -287,7 +291,7 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
                      method: str, sampler: str | None, controls: bool, batch_size: int, seed: int,
                      entropy_base: str | int, judge: str | None = None, device: str = "cpu",
                      log: Callable[[str], None] | None = None, carry_over: bool | None = None,
-                     ema: bool = True) -> PrecisionRun:
+                     ema: bool = True, draw: str = "joint") -> PrecisionRun:
     """Load ``checkpoint`` (and the ``judge`` spec, if any), run :func:`precision_audit` on it with the
     tokenizer's BOS, and make the record (wall time from loading to the last row)."""
     from harness.evaluation import load_for_evaluation
@@ -307,6 +311,7 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
         model, steps=steps, num_samples=num_samples, dtypes=dtypes, method=method, sampler=sampler,
         controls=controls, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
         bos_id=None if tokenizer is None else tokenizer.bos_id, log=log, judge=the_judge, tokenizer=tokenizer,
+        draw=draw,
     )
     audit.protocol.update(model.protocol(), weights="EMA" if ema else "raw")
     wall = time.perf_counter() - began

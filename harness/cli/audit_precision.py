@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import int_list, out_option
+from harness.cli.options import draw_option, int_list, out_option
 
 
 @click.command("precision")
@@ -15,6 +15,7 @@ from harness.cli.options import int_list, out_option
 @click.option("--dtypes", default="float32,float64", show_default=True, help="Categorical-draw dtypes to compare.")
 @click.option("--method", default="mdlm-legacy", show_default=True,
               type=click.Choice(["mdlm-legacy", "gumbel", "race"]), help="Categorical sampling method.")
+@draw_option("joint")
 @click.option("--sampler", default=None, help="Sampler to audit (default: the family's; ancestral for diffusion).")
 @click.option("--controls/--no-controls", default=True, show_default=True,
               help="Also run the token-by-token sampler (first-hitting / autoregressive) as a reference.")
@@ -27,7 +28,7 @@ from harness.cli.options import int_list, out_option
 @click.option("--device", default="cpu", show_default=True, help="torch device for the model and the draws.")
 @out_option("Write the JSON record and its plot (same name, .png) into this folder.", dest="out_dir")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
-def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls, batch_size, seed, bits, judge, carry_over,
+def precision_cmd(checkpoint, steps, samples, dtypes, method, draw, sampler, controls, batch_size, seed, bits, judge, carry_over,
                   ema, device, out_dir, as_json):
     """Same sampler, same seed, fp32 vs fp64: does the sample entropy depend on the draw's precision?"""
     from harness.audit.precision import audit_checkpoint, plot
@@ -39,7 +40,7 @@ def precision_cmd(checkpoint, steps, samples, dtypes, method, sampler, controls,
         checkpoint, steps=int_list(steps), num_samples=samples, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()],
         method=method, sampler=sampler, controls=controls, batch_size=batch_size, seed=seed,
         entropy_base=2 if bits else "e", judge=judge, device=device, log=lambda message: console().log(message),
-        carry_over=carry_over, ema=ema,
+        carry_over=carry_over, ema=ema, draw=draw,
     )
     path = emit_record(run.record, out=out_dir, as_json=as_json, render=render_precision, indent=None)
     if path is not None:

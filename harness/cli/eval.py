@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import LazyChoice, estimator_choices, out_option
+from harness.cli.options import LazyChoice, draw_option, estimator_choices, out_option
 
 
 @click.group("eval")
@@ -60,6 +60,7 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
 @click.option("--time-sampler", type=click.Choice(["t", "n"]), default=None, help="n: exact mask count, weight N/n; t: MDLM time draw [default: n, t for time-conditioned networks].")
 @click.option("--sampler", default=None, help="Sampler for generation tasks [default: the family's].")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Sampler steps for generation tasks [default: max_gen_toks].")
+@draw_option()
 @click.option("--bootstrap-iters", type=click.IntRange(min=0), default=0, show_default=True, help="lm-eval bootstrap iterations for standard errors (0: none).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--carry-over/--no-carry-over", default=None, help="Prime: evaluate with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.")
@@ -67,7 +68,7 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
 @click.option("--device", default="cpu", show_default=True)
 @out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
-def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler, sampler, steps, bootstrap_iters, seed,
+def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler, sampler, steps, draw, bootstrap_iters, seed,
                  carry_over, ema, device, out, as_json):
     """Zero-shot tasks through lm-eval: exact for the ARM, bounds (perplexities) and estimates (accuracies) otherwise."""
     from harness.cli.emit import emit_record
@@ -80,7 +81,7 @@ def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler,
     record = run_zeroshot(
         checkpoint, tasks=tasks, mc_samples=mc_samples, batch_size=batch_size, limit=limit, seed=seed,
         time_sampler=time_sampler, sampler=sampler, steps=steps, bootstrap_iters=bootstrap_iters, device=device,
-        carry_over=carry_over, ema=ema,
+        carry_over=carry_over, ema=ema, draw=draw,
     )
     emit_record(record, out=out, as_json=as_json, render=render_zeroshot)
 

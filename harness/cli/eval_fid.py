@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import out_option
+from harness.cli.options import draw_option, out_option
 
 from harness.cli.emit import emit_record
 from harness.cli.eval import eval_group
@@ -26,13 +26,14 @@ from harness.cli.eval import eval_group
 @click.option("--steps", "-T", type=click.IntRange(min=1), default=None, help="Sampling steps [default: L].")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float64", show_default=True)
 @click.option("--method", type=click.Choice(["gumbel", "race", "mdlm-legacy"]), default="gumbel", show_default=True)
+@draw_option()
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--paper-protocol", is_flag=True, help="CIFAR-10: 50,000 samples vs the train split, Inception, torchmetrics (needs --reference cifar10:PATH).")
 @click.option("--device", default="cpu", show_default=True)
 @out_option()
 @click.option("--json", "as_json", is_flag=True)
 def fid_cmd(checkpoint, samples, reference, features, backend, batch_size, inception_weights, classifier_seed, sampler,
-            steps, dtype, method, seed, paper_protocol, device, out, as_json):
+            steps, dtype, method, draw, seed, paper_protocol, device, out, as_json):
     """FID of CHECKPOINT's samples against a reference set, in a named feature space (IS too for Inception)."""
     from harness.fid.evaluate import run_fid
     from harness.views import render_fid
@@ -43,5 +44,5 @@ def fid_cmd(checkpoint, samples, reference, features, backend, batch_size, incep
     record = run_fid(checkpoint, reference=reference, features=features, backend=backend, samples=samples,
                      batch_size=batch_size, sampler=sampler, steps=steps, dtype=dtype, method=method, seed=seed,
                      inception_weights=inception_weights, classifier_seed=classifier_seed, device=device,
-                     paper_protocol=paper_protocol)
+                     paper_protocol=paper_protocol, draw=draw)
     emit_record(record, out=out, as_json=as_json, render=render_fid)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import out_option
+from harness.cli.options import draw_option, out_option
 
 from harness.cli.emit import emit_record
 from harness.cli.eval import eval_group
@@ -23,6 +23,7 @@ from harness.cli.eval import eval_group
 @click.option("--nucleus-rule", type=click.Choice(["cross", "below"]), default="cross", show_default=True,
               help="cross: keep the class that crosses p (HF, DUO); below: keep classes with cumulative mass <= p "
                    "(BD3-LMs, MDM-Prime). Recorded.")
+@draw_option()
 @click.option("--carry-over/--no-carry-over", default=None, help="Prime: evaluate with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.")
 @click.option("--ema/--no-ema", default=True, show_default=True, help="Evaluate the EMA weights (as MDLM does) or the raw ones. Recorded.")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
@@ -34,7 +35,7 @@ from harness.cli.eval import eval_group
 @click.option("--device", default="cpu", show_default=True)
 @out_option("Write the record and the samples (JSONL) into this folder.")
 @click.option("--json", "as_json", is_flag=True)
-def genppl_cmd(checkpoint, sampler, steps, samples, dtype, method, nucleus_p, nucleus_rule, carry_over, ema, temperature, seq_len, judge, batch_size, seed, bits, device, out, as_json):
+def genppl_cmd(checkpoint, sampler, steps, samples, dtype, method, nucleus_p, nucleus_rule, draw, carry_over, ema, temperature, seq_len, judge, batch_size, seed, bits, device, out, as_json):
     """Sample from CHECKPOINT and report Gen PPL under a judge with unigram entropy, NFE and speed."""
     from harness.evaluation.genppl import run_genppl, samples_jsonl
     from harness.views import render_genppl
@@ -46,7 +47,7 @@ def genppl_cmd(checkpoint, sampler, steps, samples, dtype, method, nucleus_p, nu
     record, rows = run_genppl(
         checkpoint, sampler=sampler, steps=steps, samples=samples, dtype=dtype, method=method, nucleus_p=nucleus_p, nucleus_rule=nucleus_rule,
         temperature=temperature, seq_len=seq_len, judge=judge, batch_size=batch_size, seed=seed, bits=bits, device=device,
-        carry_over=carry_over, ema=ema,
+        carry_over=carry_over, ema=ema, draw=draw,
     )
     # the samples file takes the record's name (record~1.json <-> record~1.samples.jsonl)
     emit_record(record, out=out, as_json=as_json, render=render_genppl,

@@ -83,3 +83,11 @@ def out_option(help: str = "Write the JSON record into this folder.", **kwargs):
     """``--out DIR``: checked (not a file, writable) when parsed, before any work starts."""
     return click.option("--out", kwargs.pop("dest", "out"), type=click.Path(), default=kwargs.pop("default", None),
                         callback=_out_callback, help=help, **kwargs)
+
+
+def draw_option(default: str = "two-stage"):
+    """``--draw two-stage|joint``: how the ancestral step is drawn (same law; recorded)."""
+    return click.option(
+        "--draw", type=click.Choice(["two-stage", "joint"]), default=default, show_default=True,
+        help="Ancestral step: two-stage (reveal decision in float64, then the token by inverse CDF; "
+             "cost follows NFE) or joint (MDLM's draw over C + 1 outcomes with --method; the reference). Recorded.")

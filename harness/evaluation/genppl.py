@@ -19,18 +19,19 @@ from harness.metrics.entropy import MeanEntropy
 
 
 def _sample_batch(model, tokenizer, *, sampler, steps, n, dtype, method, nucleus_p, temperature, seed,
-                  nucleus_rule="cross"):
+                  nucleus_rule="cross", draw="two-stage"):
     from harness.sampling import generate
 
     g = torch.Generator(device=model.device).manual_seed(seed)
     return generate(
         model, sampler, num_samples=n, batch_size=n, steps=steps, temperature=temperature, nucleus_p=nucleus_p,
-        nucleus_rule=nucleus_rule, dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id,
+        nucleus_rule=nucleus_rule, dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id, draw=draw,
     )
 
 
 def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype, method, nucleus_p, temperature,
-                     batch_size, seed, max_length, rank: int = 0, world: int = 1, nucleus_rule: str = "cross"):
+                     batch_size, seed, max_length, rank: int = 0, world: int = 1, nucleus_rule: str = "cross",
+                     draw: str = "two-stage"):
     """Draw and score this rank's batches. Returns (per-sample rows, sampler protocol, sampling seconds).
 
     Batch b (of ``batch_size`` samples) is drawn with its own generator seeded by (seed, b) and is
@@ -48,7 +49,7 @@ def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype,
         t0 = time.time()
         out = _sample_batch(model, tokenizer, sampler=sampler, steps=steps, n=n, dtype=dtype, method=method,
                             nucleus_p=nucleus_p, temperature=temperature, seed=batch_seed(seed, b),
-                            nucleus_rule=nucleus_rule)
+                            nucleus_rule=nucleus_rule, draw=draw)
         wall += time.time() - t0
         protocol = out.protocol
         texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
@@ -121,6 +122,7 @@ def run_genppl(
     method: str = "gumbel",
     nucleus_p: float = 1.0,
     nucleus_rule: str = "cross",
+    draw: str = "two-stage",
     temperature: float = 1.0,
     seq_len: int | None = None,
     judge: str | None = "smollm2",
@@ -165,7 +167,7 @@ def run_genppl(
         rows, sampler_protocol, sample_wall = sample_and_score(
             model, tokenizer, the_judge, sampler=sampler, steps=steps, samples=samples, dtype=dtype, method=method,
             nucleus_p=nucleus_p, nucleus_rule=nucleus_rule, temperature=temperature, batch_size=batch_size, seed=seed,
-            max_length=max_length,
+            max_length=max_length, draw=draw,
             rank=info.rank, world=info.world,
         )
     finally:

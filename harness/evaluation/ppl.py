@@ -32,16 +32,19 @@ def evaluate_nll(
     rank: int = 0,
     world: int = 1,
     corruptible: torch.Tensor | None = None,
-) -> PerplexityResult:
+    estimators: list[str] | None = None,
+) -> PerplexityResult | list[PerplexityResult]:
     """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted.
 
     Batches are fixed slices of ``batch_size`` rows, each with its own seeded generator, and batch
     b is scored by rank ``b % world``; the reduced result is therefore the same for any number of
     ranks (up to the order of float64 sums). ``corruptible`` (N, L) bool: the positions scored (and,
     for diffusion families, the only ones ever masked); the others are given context.
+    ``estimators``: several estimators scored from the same corruptions and forward passes
+    (``model.nll_many``); a list of results comes back, equal to separate runs with the same seed.
     """
     model.eval()
-    acc = NLLAccumulator()
+    accs = [NLLAccumulator() for _ in (estimators or [None])]
     for index, start in enumerate(range(0, input_ids.shape[0], batch_size)):
         if index % world != rank:
             continue
@@ -51,16 +54,25 @@ def evaluate_nll(
         kw = dict(nll_kwargs or {})
         if corruptible is not None:
             kw["corruptible"] = corruptible[start : start + batch_size].to(model.device)
-        acc.update(model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **kw))
+        if estimators:
+            kw.pop("estimator", None)
+            results = model.nll_many(x, estimators=estimators, num_samples=num_samples, generator=g,
+                                     attention_mask=m, **kw)
+        else:
+            results = [model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **kw)]
+        for acc, res in zip(accs, results):
+            acc.update(res)
     if world > 1:
-        kinds = [None] * world
         import torch.distributed as dist
 
-        dist.all_gather_object(kinds, (acc.kind, acc.num_samples))
-        known = [k for k in kinds if k[0] is not None]
-        acc.kind, acc.num_samples = known[0]
-        acc.all_reduce()
-    return acc.compute()
+        for acc in accs:
+            kinds = [None] * world
+            dist.all_gather_object(kinds, (acc.kind, acc.num_samples))
+            known = [k for k in kinds if k[0] is not None]
+            acc.kind, acc.num_samples = known[0]
+            acc.all_reduce()
+    out = [acc.compute() for acc in accs]
+    return out if estimators else out[0]
 
 
 def estimator_plan(model, estimator: str):
@@ -100,10 +112,15 @@ def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, ba
     if ignore_bos:
         corruptible = mask.bool().clone()
         corruptible[:, 0] = False
-    for est in plan:
-        res = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
-                           nll_kwargs={"estimator": est.name, "time_sampler": sampler}, rank=info.rank, world=info.world,
-                           corruptible=corruptible)
+    shared = len(plan) > 1 and hasattr(model, "nll_many")  # one forward pass for all the estimators
+    results = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
+                           nll_kwargs={"time_sampler": sampler}, rank=info.rank, world=info.world,
+                           corruptible=corruptible, estimators=[e.name for e in plan]) if shared else None
+    for i, est in enumerate(plan):
+        res = results[i] if shared else evaluate_nll(
+            model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
+            nll_kwargs={"estimator": est.name, "time_sampler": sampler}, rank=info.rank, world=info.world,
+            corruptible=corruptible)
         first = first or res
         metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
         if exp_name == "bpd":

@@ -65,7 +65,7 @@ def image_layout(corpus: str):
 
 
 def sample_images(model, layout, *, samples: int, batch_size: int, sampler: str | None, steps: int | None,
-                  dtype: str, method: str, seed: int) -> tuple[torch.Tensor, dict[str, Any]]:
+                  dtype: str, method: str, seed: int, draw: str = "two-stage") -> tuple[torch.Tensor, dict[str, Any]]:
     """Draw ``samples`` images (uint8 (N, ch, H, W)) and the sampler's protocol."""
     from harness.data import to_images
     from harness.sampling import generate
@@ -75,7 +75,7 @@ def sample_images(model, layout, *, samples: int, batch_size: int, sampler: str 
                         f"{layout.height}x{layout.width}x{layout.channels} = {layout.seq_len}",
                         fix="pass the dataset the model was trained on")
     out = generate(model, sampler, num_samples=samples, batch_size=batch_size, steps=steps, dtype=dtype,
-                   method=method, generator=seed)
+                   method=method, generator=seed, draw=draw)
     return to_images(out.tokens.cpu(), layout), dict(out.protocol)
 
 
@@ -83,7 +83,7 @@ def fid_record(model, layout, *, reference: str, features: str | None, backend: 
                batch_size: int, sampler: str | None = None, steps: int | None = None, dtype: str = "float64",
                method: str = "gumbel", seed: int = 0, inception_weights: str | None = None,
                classifier_seed: int = 0, model_block: dict | None = None, device: str = "cpu",
-               paper_protocol: bool = False) -> dict[str, Any]:
+               paper_protocol: bool = False, draw: str = "two-stage") -> dict[str, Any]:
     """Sample from ``model`` (tokens in ``layout``), compute FID (and IS for Inception), return a record."""
     from harness.fid.backends import fid_between
     from harness.fid.features import default_features, get_feature_space
@@ -98,7 +98,7 @@ def fid_record(model, layout, *, reference: str, features: str | None, backend: 
         raise DataError(f"reference {reference} has {ref_ds.height}x{ref_ds.width} images but the model draws "
                         f"{layout.height}x{layout.width}", fix="use a reference of the model's image size")
     images, sampler_protocol = sample_images(model, layout, samples=samples, batch_size=batch_size, sampler=sampler,
-                                             steps=steps, dtype=dtype, method=method, seed=seed)
+                                             steps=steps, dtype=dtype, method=method, seed=seed, draw=draw)
     result = fid_between(images, reference if backend == "frechet" else ref_imgs, space, backend=backend,
                          batch_size=batch_size)
     units = f"squared {space.name} feature units ({space.dim}-d)"

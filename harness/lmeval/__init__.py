@@ -83,6 +83,7 @@ def run_zeroshot(
     device: str = "cpu",
     carry_over: bool | None = None,
     ema: bool = True,
+    draw: str = "two-stage",
 ) -> dict:
     """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record.
 
@@ -104,7 +105,7 @@ def run_zeroshot(
     names = parse_tasks(tasks)
     _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     lm = PrimebenchLM(model, tokenizer, mc_samples=mc_samples, batch_size=batch_size, seed=seed,
-                      time_sampler=time_sampler, sampler=sampler, steps=steps)
+                      time_sampler=time_sampler, sampler=sampler, steps=steps, draw=draw)
     loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
     output_types = {}
     for spec in loaded["specs"]:
@@ -139,7 +140,7 @@ def run_zeroshot(
     }
     if lm.stats.requests["generate_until"]:
         protocol["generation"] = {"sampler": sampler or "family default", "steps": steps or "max_gen_toks",
-                                  "temperature": lm.temperature, "dtype": lm.dtype}
+                                  "temperature": lm.temperature, "dtype": lm.dtype, "draw": lm.draw}
     return make_record(
         "zeroshot", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
         seed=seed, device=device, wall_s=time.time() - t0,

@@ -66,6 +66,7 @@ class PrimebenchLM(LM):
         nucleus_p: float = 1.0,
         dtype: str = "float64",
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        draw: str = "two-stage",
     ):
         super().__init__()
         if tokenizer is None:
@@ -96,6 +97,7 @@ class PrimebenchLM(LM):
         self.temperature = temperature
         self.nucleus_p = nucleus_p
         self.dtype = dtype
+        self.draw = draw
         self.max_gen_toks = int(max_gen_toks)
         self.stats = AdapterStats()
 
@@ -261,7 +263,7 @@ class PrimebenchLM(LM):
         out = generate(
             canvas_view(self.model, P + G), name, num_samples=1, batch_size=1, steps=steps,
             temperature=self.temperature, nucleus_p=self.nucleus_p, dtype=self.dtype,
-            generator=torch.Generator(device=self.model.device).manual_seed(seed), prefix=prefix,
+            generator=torch.Generator(device=self.model.device).manual_seed(seed), prefix=prefix, draw=self.draw,
         )
         new = out.tokens[0, P:P + G].tolist()
         if self.tokenizer.eos_id in new:

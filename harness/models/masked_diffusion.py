@@ -178,18 +178,36 @@ class MaskedDiffusion(ModelFamily):
         "t" (MDLM time) or "n" (exact mask count), default the family's. Only ``corruptible`` real
         tokens are ever masked; the rest of the row is visible context.
         """
+        return self.nll_many(x0, estimators=[estimator], num_samples=num_samples, generator=generator,
+                             attention_mask=attention_mask, corruptible=corruptible, time_sampler=time_sampler)[0]
+
+    @torch.no_grad()
+    def nll_many(self, x0: torch.Tensor, *, estimators, num_samples: int = 1, generator: Generators = None,
+                 attention_mask=None, corruptible: torch.Tensor | None = None,
+                 time_sampler: str | None = None) -> list[NLL]:
+        """:meth:`nll` for several estimators at once, from the same corruptions and one forward pass
+        per corruption (``--estimator both``): the numbers equal separate :meth:`nll` calls with the
+        same generator."""
         self.check_tokens(x0)
-        est = self.estimator(estimator)
+        ests = [self.estimator(e) for e in estimators]
         tokens = self.scored_tokens(x0, attention_mask, corruptible)
         units = self.units(x0)
+        names = [e.name for e in ests]
         nats, stderr = diffusion.monte_carlo_nelbo(
             x0, units=units, valid=self.unit_mask(tokens),
-            log_probs=lambda z_t, t: self.log_probs(z_t, t, attention_mask),
-            unit_terms=lambda log_p, masked: self.unit_terms(log_p, x0, units, masked, est.name, tokens),
+            terms=lambda z_t, t, masked: self.nll_terms(z_t, t, attention_mask, x0, units, masked, names, tokens),
             schedule=self.schedule, mask_id=self.mask_id, sampler=time_sampler or self.default_nll_sampler,
             num_samples=num_samples, generator=generator, time_conditioning=self.time_conditioning,
         )
-        return NLL(nats=nats, tokens=tokens.sum(-1).double(), kind=est.kind, stderr=stderr, num_samples=num_samples)
+        count = tokens.sum(-1).double()
+        return [NLL(nats=nats[..., i], tokens=count, kind=est.kind, stderr=stderr[..., i], num_samples=num_samples)
+                for i, est in enumerate(ests)]
+
+    def nll_terms(self, z_t, t, attention_mask, x0, units, masked, estimators, scored) -> list[torch.Tensor]:
+        """(B, L) nats per token for each estimator, from one network call on z_t (families with a
+        faster fused form, Prime, override this)."""
+        log_p = self.log_probs(z_t, t, attention_mask)
+        return [self.unit_terms(log_p, x0, units, masked, name, scored) for name in estimators]
 
     @torch.no_grad()
     def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:

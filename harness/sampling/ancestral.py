@@ -8,35 +8,42 @@ schedule). MDLM's code stops at t_end = 1e-5 and fills what is left by argmax wi
 network call: pass ``t_end=1e-5, noise_removal="argmax"`` for that.
 
 Per step (MDLM Sec. 3.2 eq. 7; Zheng et al. Sec. 4.1): a masked unit unmasks in (s, t] with
-probability (alpha_s - alpha_t) / (1 - alpha_t), whatever the network says; its value comes from
-the denoiser. Unmasked units are carried over.
+probability q = (m_t - m_s) / m_t, m = 1 - alpha, whatever the network says; its value comes from
+the denoiser. Unmasked units are carried over. Two draws of this same law (``settings.draw``):
 
-* MDLM / masked (units = tokens): one categorical over C + 1 outcomes per position, exactly as
-  MDLM's ``_ddpm_caching_update``: token c has mass p(c) (m_t - m_s), "stay masked" has mass m_s,
-  with m = 1 - alpha (the normaliser m_t is a per-row scale, which no method depends on). This is
-  the distribution whose float32 Gumbel truncation Zheng et al. analyse, drawn with one
-  :func:`sample_categorical` call, so ``method="mdlm-legacy", dtype="float32"`` is MDLM's sampler.
-* Prime (units = sub-tokens, MDM-Prime ``_mdm_prime_update``): draw a full token x_hat from the
-  restricted joint at every position, encode it, and reveal each still-masked sub-token with
-  outcome mass (stay m_s, reveal m_t - m_s) in a two-class :func:`sample_categorical` draw.
+* ``two-stage`` (the default): first whether each masked unit is revealed, one float64 Bernoulli(q)
+  per masked unit (so the reveal decision is never truncated); then, only at the revealed
+  positions, the token from the denoiser's distribution by inverse CDF with one uniform in
+  ``dtype`` (:func:`sample_inverse_cdf`). For Prime the token x_hat of a position is drawn once
+  from the restricted joint when any of its masked sub-tokens is revealed, and the revealed
+  sub-tokens take its digits. The denoiser is needed only at steps that reveal something.
+* ``joint`` (the reference): MDLM's ``_ddpm_caching_update``: one categorical over C + 1 outcomes
+  at every masked position, token c with mass p(c) (m_t - m_s) and "stay masked" with mass m_s,
+  drawn with ``method`` in ``dtype`` (:func:`sample_categorical`), so ``method="mdlm-legacy",
+  dtype="float32"`` is MDLM's sampler and shows the float32 Gumbel truncation that Zheng et al.
+  analyse. For Prime, MDM-Prime's ``_mdm_prime_update``: x_hat from the restricted joint at every
+  position with a masked sub-token, and a two-class (stay m_s, reveal m_t - m_s) draw per masked
+  sub-token, both with ``method``. Draws are made only at masked positions (MDLM's code draws
+  everywhere and discards the draws at unmasked positions: same tokens for the same uniforms).
 
-Caching (``cache=True``): the denoiser is called only for samples that changed in the previous
-step (and still have a masked unit); the others reuse their previous output. For time-independent
-networks this is exact: the same seed gives the same tokens as ``cache=False``, with fewer NFE.
-For time-conditioned networks the reused output was computed at an earlier t (stale time), as in
-no reference implementation (MDLM disables its cache for them), so :func:`generate` turns caching
-off for them unless asked and records ``cache_exact=False`` when it is on. A sample with no masked
-unit left is never sent to the denoiser, with or without caching.
-
-Every draw is made for every position of every sample (also those not masked), so the random
-stream does not depend on the state and cached / uncached runs consume it identically.
+Caching (``cache=True``). Joint draw: the denoiser is called only for samples that changed in the
+previous step (and still have a masked unit); the others reuse their previous output. For
+time-independent networks this is exact: the same seed gives the same tokens as ``cache=False``,
+with fewer NFE. For time-conditioned networks the reused output was computed at an earlier t
+(stale time), as in no reference implementation (MDLM disables its cache for them), so
+:func:`generate` turns caching off for them unless asked and records ``cache_exact=False`` when it
+is on. Two-stage draw: the denoiser is called for a sample only at a step that reveals one of its
+units, at that step's t. Every reveal changes the sample, so no output is ever reused and caching
+is exact for every network: NFE is the number of non-idle steps, T (1 - ISR) in expectation, and
+wall time follows NFE. Without caching the denoiser is called at every step (NFE = T), and the
+samples are the same. A sample with no masked unit left is never sent to the denoiser.
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness.sampling.categorical import sample_categorical
+from harness.sampling.categorical import sample_categorical, sample_inverse_cdf
 from harness.sampling.leftovers import INVALID_RESOLUTION, fill_masked, resolve_invalid
 from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
@@ -49,22 +56,46 @@ def time_grid(steps: int, t_end: float = 0.0) -> torch.Tensor:
     return t
 
 
-def _mdlm_update(probs: torch.Tensor, m_t: float, m_s: float, settings: SamplerSettings,
-                 generator: torch.Generator | None) -> torch.Tensor:
-    """(B, L, C) token probs -> (B, L) outcomes in [0, C]; outcome C (the mask id) = stay masked."""
+def _mdlm_joint(probs: torch.Tensor, m_t: float, m_s: float, settings: SamplerSettings,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """(N, C) token probs at masked positions -> (N,) outcomes in [0, C]; outcome C = stay masked."""
     stay = probs.new_full((*probs.shape[:-1], 1), m_s)
-    mass = torch.cat([probs * (m_t - m_s), stay], dim=-1)  # (B, L, C + 1)
+    mass = torch.cat([probs * (m_t - m_s), stay], dim=-1)  # (N, C + 1)
     return sample_categorical(probs=mass, method=settings.method, dtype=settings.dtype, generator=generator)
 
 
-def _prime_update(units: UnitModel, probs: torch.Tensor, m_t: float, m_s: float,
-                  settings: SamplerSettings, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, L, C) restricted-joint probs -> (proposal units (B, L, ell), reveal flags (B, L, ell))."""
-    x_hat = sample_categorical(probs=probs, method=settings.method, dtype=settings.dtype, generator=generator)
-    B, L = x_hat.shape
-    outcome = probs.new_tensor([m_s, m_t - m_s]).expand(B, L, units.ell, 2)
-    reveal = sample_categorical(probs=outcome, method=settings.method, dtype=settings.dtype, generator=generator)
-    return units.encode(x_hat), reveal == 1
+def _reveal(masked: torch.Tensor, q: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Stage one of the two-stage draw: each masked unit revealed with probability q (float64)."""
+    u = torch.rand(masked.shape, dtype=torch.float64, device=masked.device, generator=generator)
+    return masked & (u < q)
+
+
+def _step(units: UnitModel, y: torch.Tensor, masked: torch.Tensor, probs: torch.Tensor, reveal: torch.Tensor | None,
+          m_t: float, m_s: float, settings: SamplerSettings, generator: torch.Generator | None) -> torch.Tensor:
+    """One ancestral step from y (B, L, ell) given the denoiser's probs (B, L, C): the next state.
+
+    ``reveal`` (two-stage draw) says which masked units are revealed; None means the joint draw."""
+    y_next = y.clone()
+    if reveal is not None:
+        at = reveal.any(-1)  # (B, L): positions that need a token
+        if bool(at.any()):
+            x_hat = sample_inverse_cdf(probs[at], dtype=settings.dtype, generator=generator)
+            y_next[at] = torch.where(reveal[at], units.encode(x_hat), y[at])
+        return y_next
+    at = masked.any(-1)
+    if not bool(at.any()):
+        return y_next
+    if not units.subtokens:
+        y_next[at] = _mdlm_joint(probs[at], m_t, m_s, settings, generator)[..., None]
+        return y_next
+    x_hat = sample_categorical(probs=probs[at], method=settings.method, dtype=settings.dtype, generator=generator)
+    still = masked[at]  # (N, ell)
+    outcome = probs.new_tensor([m_s, m_t - m_s]).expand(int(still.sum()), 2)
+    flags = torch.zeros_like(still)
+    flags[still] = sample_categorical(probs=outcome, method=settings.method, dtype=settings.dtype,
+                                      generator=generator) == 1
+    y_next[at] = torch.where(flags, units.encode(x_hat), y[at])
+    return y_next
 
 
 def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, generator: torch.Generator | None,
@@ -74,11 +105,12 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
     schedule = units.model.schedule
     grid = time_grid(steps, settings.t_end)
     mask_prob = schedule.mask_prob(grid)  # m_k = 1 - alpha_{t_k}, float64 without cancellation
+    two_stage = settings.draw == "two-stage"
 
     y = units.initial_state(rows, prefix)
     nfe = torch.zeros(rows, dtype=torch.long, device=y.device)
     idle = torch.zeros(rows, dtype=torch.long, device=y.device)
-    probs = None  # (B, L, C): the shaped denoiser output, reused by caching
+    probs = None  # (B, L, C): the shaped denoiser output, reused by caching (allocated once)
     stale = torch.ones(rows, dtype=torch.bool, device=y.device)  # rows whose output must be recomputed
 
     for k in range(1, steps + 1):
@@ -86,23 +118,19 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
         m_t, m_s = float(mask_prob[k - 1]), float(mask_prob[k])
         masked = y == units.mask_id
         call = masked.flatten(1).any(-1)
+        reveal = _reveal(masked, (m_t - m_s) / m_t, generator) if two_stage else None
         if settings.cache:
-            call &= stale
+            call &= reveal.flatten(1).any(-1) if two_stage else stale
         if bool(call.any()):
             out = torch.exp(shaped_log_probs(units.log_probs(y[call], t), settings))
             if probs is None:
                 probs = torch.ones(rows, units.seq_len, units.vocab_size, dtype=out.dtype, device=y.device)
             probs[call] = out
             nfe[call] += 1
-        if probs is None:  # nothing masked anywhere (a prefix covering every position)
+        if probs is None:  # nothing revealed (two-stage) or nothing masked anywhere (a full prefix)
             idle += 1
             continue
-        if units.subtokens:
-            proposal, reveal = _prime_update(units, probs, m_t, m_s, settings, generator)
-            y_next = torch.where(masked & reveal, proposal, y)
-        else:
-            outcome = _mdlm_update(probs, m_t, m_s, settings, generator)[..., None]
-            y_next = torch.where(masked, outcome, y)
+        y_next = _step(units, y, masked, probs, reveal, m_t, m_s, settings, generator)
         changed = (y_next != y).flatten(1).any(-1)
         idle += ~changed
         stale = changed

@@ -34,7 +34,7 @@ from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
 from harness.sampling.categorical import METHODS, NUCLEUS_RULES, parse_dtype
 from harness.sampling.maskgit import run_maskgit
-from harness.sampling.settings import NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
+from harness.sampling.settings import DRAWS, NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
 from harness.sampling.units import UnitModel
 
 
@@ -156,7 +156,7 @@ def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) ->
 
 
 def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype, method, noise_removal,
-              cache, t_end, nucleus_rule="cross") -> SamplerSettings:
+              cache, t_end, nucleus_rule="cross", draw="two-stage") -> SamplerSettings:
     if spec.uses_steps:
         steps = int(model.seq_len) if steps is None else _positive_int("steps", steps)
     elif steps is not None:
@@ -174,12 +174,14 @@ def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype,
         raise PrimebenchError(f"noise_removal must be one of {NOISE_REMOVAL}, got {noise_removal!r}")
     if not (isinstance(t_end, (int, float)) and 0.0 <= t_end < 1.0):
         raise PrimebenchError(f"t_end must lie in [0, 1), got {t_end!r}", fix="0 (default) or MDLM's 1e-5")
-    if cache is None:
-        cache = not bool(getattr(model, "time_conditioning", False))
+    if draw not in DRAWS:
+        raise PrimebenchError(f"unknown ancestral draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
+    if cache is None:  # the two-stage draw's cache is exact for every network
+        cache = draw == "two-stage" or not bool(getattr(model, "time_conditioning", False))
     return SamplerSettings(steps=steps, temperature=float(temperature), nucleus_p=float(nucleus_p),
                            dtype=parse_dtype(dtype), method=method, noise_removal=noise_removal,
                            cache=bool(cache) and spec.name == "ancestral", t_end=float(t_end),
-                           nucleus_rule=nucleus_rule)
+                           nucleus_rule=nucleus_rule, draw=draw)
 
 
 def _merge(batches: list[BatchResult], wall: list[float]):
@@ -213,18 +215,21 @@ def generate(
     prefix: torch.Tensor | None = None,
     bos_id: int | None = None,
     t_end: float = 0.0,
+    draw: str = "two-stage",
 ) -> SampleOutput:
     """Draw ``num_samples`` sequences of the model's length L, in batches of ``batch_size``.
 
     ``sampler``: a registered name, default :func:`sampler_for` (ancestral; autoregressive for the
     ARM). ``steps``: T for ancestral and maskgit (default L); must be unset for the token-by-token
     samplers. ``dtype``/``method``: precision and method of every categorical draw. ``cache``: None
-    means on for time-independent networks (exact) and off for time-conditioned ones (reuse would
-    use a stale t); True forces it and records ``cache_exact=False`` for those. ``generator``: a
+    means on, except for time-conditioned networks under the joint draw (reuse would use a stale
+    t); True forces it there and records ``cache_exact=False``. ``generator``: a
     torch.Generator on the model's device or an int seed (same seed -> same samples). ``prefix``:
     (N or 1, P) token ids kept fixed at the first P positions (never masked, never changed).
     ``bos_id``: the ARM's first token when no prefix is given (other samplers ignore it).
-    ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest).
+    ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest). ``draw``:
+    the ancestral step's draw, ``two-stage`` (reveal, then token by inverse CDF; exact and cheap)
+    or ``joint`` (MDLM's draw over C + 1 outcomes with ``method``; the reference for audits).
     The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
     """
     name = sampler or sampler_for(model)
@@ -233,7 +238,7 @@ def generate(
     batch_size = _positive_int("batch_size", batch_size)
     settings = _settings(model, spec, steps=steps, temperature=temperature, nucleus_p=nucleus_p, dtype=dtype,
                          method=method, noise_removal=noise_removal, cache=cache, t_end=t_end,
-                         nucleus_rule=nucleus_rule)
+                         nucleus_rule=nucleus_rule, draw=draw)
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
     device = model.device
     gen = _generator(generator, device)
@@ -270,12 +275,13 @@ def generate(
         "steps": settings.steps if spec.uses_steps else "one per generated unit",
         "dtype": str(settings.dtype).removeprefix("torch."),
         "method": settings.method,
+        "draw": settings.draw if spec.name == "ancestral" else None,
         "temperature": settings.temperature,
         "nucleus_p": settings.nucleus_p,
         "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
         "noise_removal": settings.noise_removal if spec.name == "ancestral" else None,
         "cache": settings.cache,
-        "cache_exact": (not time_cond) if settings.cache else None,
+        "cache_exact": (settings.draw == "two-stage" or not time_cond) if settings.cache else None,
         "grid": ({"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
                  if spec.name == "ancestral" else None),
         "num_samples": num_samples,

@@ -12,6 +12,9 @@ from typing import Any
 
 import torch
 
+#: how the ancestral step is drawn (same law): reveal then token, or MDLM's joint draw over C + 1
+DRAWS = ("two-stage", "joint")
+
 #: how still-masked units are filled after the last grid step (only reached when ``t_end > 0``)
 NOISE_REMOVAL = ("argmax", "sample")
 
@@ -25,7 +28,10 @@ class SamplerSettings:
     place the precision is applied). ``temperature`` and ``nucleus_p`` shape the token
     distribution p(x^i | z_t) (over the C classes) before any draw. ``t_end``: the ancestral grid
     runs from t = 1 down to ``t_end``; units still masked there are filled by ``noise_removal``.
-    ``cache``: reuse a sequence's denoiser output while it does not change.
+    ``cache``: reuse a sequence's denoiser output while it does not change (with the two-stage
+    draw: call the denoiser only at steps that reveal a unit). ``draw``: ``two-stage`` (reveal
+    decision, then the token) or ``joint`` (MDLM's one draw over C + 1 outcomes), see
+    :mod:`harness.sampling.ancestral`.
     """
 
     steps: int | None
@@ -37,6 +43,7 @@ class SamplerSettings:
     cache: bool
     t_end: float
     nucleus_rule: str = "cross"
+    draw: str = "two-stage"
 
 
 @dataclass
@@ -99,4 +106,4 @@ class SampleOutput:
         }
 
 
-__all__ = ["NOISE_REMOVAL", "SamplerSettings", "BatchResult", "SampleOutput"]
+__all__ = ["DRAWS", "NOISE_REMOVAL", "SamplerSettings", "BatchResult", "SampleOutput"]

@@ -220,3 +220,56 @@ def test_too_large_enumeration_names_the_size():
             fn(den, x0, C=4, ell=2)
     with pytest.raises(PrimebenchError, match="3\\^12 = 531441 states"):
         TableDenoiser(4, 2, 6, generator=_gen(0))
+
+
+@pytest.mark.parametrize("C,ell", [(7, 2), (50, 3), (16, 4), (300, 2)])
+@pytest.mark.parametrize("carry_over", [True, False])
+def test_fused_terms_equal_the_log_softmax_and_scatter_path(C, ell, carry_over):
+    """One exp and reshaped sums give the numbers of restricted log-softmax + digit-group
+    logsumexp, and the new marginals equal a per-class reference loop."""
+    from prime.bounds import (fused_prime_terms, restricted_log_probs, subtoken_log_marginals, subtoken_nll_terms,
+                              token_joint_nll_terms)
+    from prime.subtokens import digit_table, encode, subtoken_base
+
+    g = torch.Generator().manual_seed(C * ell)
+    base = subtoken_base(C, ell)
+    B, L = 3, 5
+    logits = 3 * torch.randn(B, L, C, generator=g)
+    x0 = torch.randint(0, C, (B, L), generator=g)
+    y0 = encode(x0, base, ell)
+    masked = torch.rand(B, L, ell, generator=g) < 0.5
+    y_t = torch.where(masked, torch.full_like(y0, base), y0)
+    log_p = restricted_log_probs(logits, y_t, C=C, base=base, ell=ell, carry_over=carry_over)
+    sub, joint = fused_prime_terms(logits, y_t, x0, y0, masked, C=C, base=base, ell=ell, carry_over=carry_over,
+                                   estimators=["subtoken", "token_joint"])
+    assert torch.allclose(sub, subtoken_nll_terms(log_p, y0, masked, base, ell), atol=1e-5)
+    assert torch.allclose(joint, token_joint_nll_terms(log_p, x0, masked), atol=1e-5)
+    # the marginals against a loop over classes
+    table = digit_table(C, base, ell)
+    marg = subtoken_log_marginals(log_p, base=base, ell=ell)
+    for j in range(ell):
+        for v in range(base):
+            members = table[:, j] == v
+            want = torch.logsumexp(log_p[..., members], -1) if members.any() else torch.full((B, L), float("-inf"))
+            got = marg[..., j, v]
+            assert torch.equal(torch.isfinite(got), torch.isfinite(want))
+            assert torch.allclose(got[torch.isfinite(want)], want[torch.isfinite(want)], atol=1e-5)
+
+
+def test_fused_terms_recompute_an_underflowing_marginal_exactly():
+    from prime.bounds import fused_prime_terms, restricted_log_probs, subtoken_nll_terms
+    from prime.subtokens import encode
+
+    C, ell, base = 9, 2, 3
+    x0 = torch.tensor([[4]])  # digits (1, 1)
+    y0 = encode(x0, base, ell)
+    masked = torch.tensor([[[True, True]]])
+    logits = torch.zeros(1, 1, C)
+    logits[..., 0] = 200.0  # code 0 dominates: the true code's digit groups sit 200 nats below it
+    y_t = torch.full_like(y0, base)
+    log_p = restricted_log_probs(logits, y_t, C=C, base=base, ell=ell)
+    (sub,) = fused_prime_terms(logits, y_t, x0, y0, masked, C=C, base=base, ell=ell, carry_over=True,
+                               estimators=["subtoken"])
+    want = subtoken_nll_terms(log_p, y0, masked, base, ell)
+    assert torch.isfinite(sub).all() and torch.allclose(sub, want, rtol=1e-6)
+    assert float(sub) > 300

@@ -281,3 +281,24 @@ def test_carry_over_and_weights_flags_reach_zeroshot_and_the_precision_audit(tra
     assert protocol["carry_over"] is False and protocol["carry_over_trained"] is True and protocol["weights"] == "EMA"
     res = runner.invoke(main, ["eval", "zeroshot", str(trained("mdlm")), "--tasks", "wiki_lastword", "--carry-over"])
     assert res.exit_code != 0 and "applies to Prime" in res.output
+
+
+def test_estimator_both_shares_one_forward_pass_and_equals_separate_runs(trained):
+    from harness.evaluation.ppl import run_ppl
+
+    import harness
+
+    model, _, _ = harness.load(trained("prime"))
+    calls = []
+    original = model.backbone.forward
+    model.backbone.forward = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+    x0 = torch.randint(0, model.vocab_size, (4, model.seq_len), generator=torch.Generator().manual_seed(0))
+    both = model.nll_many(x0, estimators=["subtoken", "token_joint"], num_samples=2,
+                          generator=torch.Generator().manual_seed(1))
+    assert len(calls) == 2  # one forward pass per corruption, for both numbers
+    for est, got in zip(["subtoken", "token_joint"], both):
+        alone = model.nll(x0, num_samples=2, generator=torch.Generator().manual_seed(1), estimator=est)
+        assert torch.allclose(got.nats, alone.nats, rtol=1e-6) and got.kind == alone.kind
+    rec_both = run_ppl(trained("prime"), max_rows=4, estimator="both")
+    rec_sub = run_ppl(trained("prime"), max_rows=4)
+    assert rec_both["metrics"]["nll"]["value"] == pytest.approx(rec_sub["metrics"]["nll"]["value"], rel=1e-9)

@@ -126,13 +126,21 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("draw", ["two-stage", "joint"])
 @pytest.mark.parametrize("family,shape", CASES)
-def test_ancestral_matches_exact_enumeration(family, shape):
+def test_ancestral_matches_exact_enumeration(family, shape, draw):
+    """Both draws of the ancestral step (float64) have the sampler's exact law, for every family."""
     model = tiny(family, **shape, seed=1)
     exact = exact_ancestral_distribution(model, steps=4)
     assert abs(sum(exact.values()) - 1) < 1e-9
-    out = generate(model, "ancestral", num_samples=20_000, batch_size=20_000, steps=4, generator=3)
+    out = generate(model, "ancestral", num_samples=20_000, batch_size=20_000, steps=4, generator=3, draw=draw)
+    assert out.protocol["draw"] == draw
     assert chi2_pvalue(out.tokens, exact) > 1e-3
+    # power: the same samples against a law with two sequences' masses swapped are rejected
+    keys = sorted(exact, key=exact.get)
+    wrong = dict(exact)
+    wrong[keys[0]], wrong[keys[-1]] = exact[keys[-1]], exact[keys[0]]
+    assert chi2_pvalue(out.tokens, wrong) < 1e-3
 
 
 @pytest.mark.parametrize("family,shape", CASES)
@@ -193,24 +201,38 @@ def test_cache_is_exact_and_saves_calls(family, kwargs):
     assert cached.protocol["cache"] is True and cached.protocol["cache_exact"] is True
 
 
-def test_cache_defaults_off_for_time_conditioned_models():
+def test_cache_defaults_off_for_time_conditioned_models_under_the_joint_draw():
     model = tiny("mdlm", C=5, L=4, time_conditioning=True)
-    out = generate(model, "ancestral", num_samples=4, steps=8, generator=0)
-    assert out.protocol["cache"] is False and (out.nfe == 8).all()
-    forced = generate(model, "ancestral", num_samples=4, steps=8, cache=True, generator=0)
+    out = generate(model, "ancestral", num_samples=4, steps=8, generator=0, draw="joint")
+    assert out.protocol["cache"] is False and int(out.nfe.max()) == 8  # a call at every step with a masked unit
+    forced = generate(model, "ancestral", num_samples=4, steps=8, cache=True, generator=0, draw="joint")
     assert forced.protocol["cache"] is True and forced.protocol["cache_exact"] is False
 
 
-def test_mdlm_legacy_float32_reproduces_mdlm_reference_update():
-    """Our ancestral sampler == MDLM's ``_ddpm_caching_update`` + ``_sample_categorical`` (fp32, linear
-    move chance, same generator), written out here from the reference description."""
+@pytest.mark.parametrize("family,kwargs", [("mdlm", {}), ("prime", {"ell": 2})])
+def test_two_stage_cache_is_exact_even_for_time_conditioned_networks(family, kwargs):
+    """The two-stage draw calls the denoiser only at steps that reveal a unit, at that step's t:
+    same samples as calling it at every step, and NFE = the non-idle steps."""
+    model = tiny(family, C=5, L=4, time_conditioning=True, **kwargs)
+    lazy = generate(model, "ancestral", num_samples=16, batch_size=16, steps=20, generator=3)
+    full = generate(model, "ancestral", num_samples=16, batch_size=16, steps=20, generator=3, cache=False)
+    assert lazy.protocol["draw"] == "two-stage" and lazy.protocol["cache"] and lazy.protocol["cache_exact"]
+    assert torch.equal(lazy.tokens, full.tokens) and torch.equal(lazy.idle_steps, full.idle_steps)
+    assert torch.equal(lazy.nfe, 20 - lazy.idle_steps) and int(lazy.nfe.sum()) < int(full.nfe.sum())
+
+
+def test_mdlm_legacy_float32_reproduces_mdlm_reference_update(monkeypatch):
+    """Our joint draw == MDLM's ``_ddpm_caching_update`` + ``_sample_categorical`` (fp32, linear
+    move chance), written out here from the reference description, on identical uniforms: MDLM
+    draws U at every position and keeps the draws at masked ones; we draw only those."""
+    import harness.sampling.categorical as categorical
+
     model = tiny("mdlm", C=11, L=8, seed=9, schedule="linear")
     T, N, C = 8, 32, 11
-    out = generate(model, "ancestral", num_samples=N, batch_size=N, steps=T, dtype="float32",
-                   method="mdlm-legacy", cache=False, generator=10)
     g = torch.Generator().manual_seed(10)
     x = torch.full((N, 8), C, dtype=torch.long)
     timesteps = torch.linspace(1, 0, T + 1)
+    used = []  # the uniforms at the masked positions, step by step
     with torch.no_grad():
         for i in range(T):
             t, s = float(timesteps[i]), float(timesteps[i + 1])
@@ -218,8 +240,42 @@ def test_mdlm_legacy_float32_reproduces_mdlm_reference_update():
             q_xs = torch.cat([p_x0 * (t - s), torch.full((N, 8, 1), s)], dim=-1)
             u = torch.rand(q_xs.shape, dtype=torch.float32, generator=g)
             _x = (q_xs / (1e-10 - torch.log(u + 1e-10))).argmax(dim=-1)
+            used.append(u[x == C])
             x = torch.where(x != C, x, _x)
-    assert torch.equal(out.tokens, x)
+
+    def replay(shape, *, dtype, device, generator):
+        u = used.pop(0)
+        assert tuple(u.shape) == tuple(shape) and dtype == torch.float32
+        return u
+
+    monkeypatch.setattr(categorical, "_draw_uniform", replay)
+    out = generate(model, "ancestral", num_samples=N, batch_size=N, steps=T, dtype="float32",
+                   method="mdlm-legacy", cache=False, generator=10, draw="joint")
+    assert torch.equal(out.tokens, x) and not used
+
+
+def test_float32_joint_draw_truncates_and_the_two_stage_draw_does_not():
+    """The exact laws of the two draws in float32 for one early MDLM step at a GPT-2-sized vocabulary
+    (a Zipf token distribution): the joint draw's Gumbel cap loses most of the reveal mass of the rare
+    tokens; the two-stage draw's float64 reveal is exact and its float32 inverse CDF moves each
+    class by at most one grid cell."""
+    from harness.audit.gumbel import grid_gumbel_probs, grid_inverse_cdf_probs, mdlm_step_distribution
+
+    C, T = 50257, 1000
+    ranks = torch.arange(1, C + 1, dtype=torch.float64)
+    p = 1 / ranks
+    p /= p.sum()
+    step = mdlm_step_distribution(p, step=1, steps=T)  # (C + 1,) token masses, then "stay masked"
+    reveal = 1 - step[-1]
+    joint = grid_gumbel_probs(step, "float32")
+    tokens_joint = joint[:-1] / joint[:-1].sum()
+    tokens_two_stage = grid_inverse_cdf_probs(p, "float32")
+    rare = ranks > 1000
+    assert float(p[rare].sum()) > 0.3
+    assert float(tokens_joint[rare].sum()) < 0.5 * float(p[rare].sum())  # truncated: rare tokens lose mass
+    assert abs(float(tokens_two_stage[rare].sum()) - float(p[rare].sum())) < C * 2.0 ** -24
+    assert float((tokens_two_stage - p).abs().max()) <= 2.0 ** -24 * 1.01
+    assert float(joint[:-1].sum()) < 0.9 * float(reveal)  # the joint draw also reveals too rarely
 
 
 @pytest.mark.parametrize("sampler", ["ancestral", "first-hitting", "maskgit"])
