@@ -54,22 +54,27 @@ class TokenEmbedding(nn.Module):
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding (RoFormer) applied to (B, H, L, Dh) queries and keys."""
+    """Rotary position embedding (RoFormer) applied to (..., L, Dh) queries and keys.
+
+    Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin). Computed as
+    x * cos' + swap(x) * sin' with cos' = (cos_i, cos_i) and sin' = (-sin_i, sin_i) interleaved,
+    which is the same float arithmetic in three passes instead of a stack of four products."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
         angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)  # (L, Dh/2)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        cos, sin = angles.cos().float(), angles.sin().float()
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.register_buffer("cos2", torch.stack((cos, cos), -1).flatten(-2), persistent=False)
+        self.register_buffer("sin2", torch.stack((-sin, sin), -1).flatten(-2), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         L = x.shape[-2]
-        cos = self.cos[:L].to(x.dtype)
-        sin = self.sin[:L].to(x.dtype)
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-        return out.flatten(-2)
+        cos, sin = self.cos2[:L].to(x.dtype), self.sin2[:L].to(x.dtype)
+        swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x2, x1) in each pair
+        return (x * cos).add_(swapped.mul_(sin))
 
 
 class TimeEmbedding(nn.Module):
@@ -123,7 +128,7 @@ class Block(nn.Module):
         if self.adaln is not None:
             x = _modulate(x, shift1, scale1)
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        q, k = self.rotary(q), self.rotary(k)
+        q, k = self.rotary(torch.stack((q, k))).unbind(0)  # one rotary pass over queries and keys
         a = F.scaled_dot_product_attention(
             q,
             k,
@@ -198,7 +203,7 @@ class Backbone(nn.Module):
                 raise ValueError("this backbone is time-conditioned: pass t (B,)")
             c = F.silu(self.time_embedding(t.to(h.device).expand(B) if t.dim() == 0 else t))
         mask = None
-        if attention_mask is not None:
+        if attention_mask is not None and not bool(attention_mask.all()):  # no padding: SDPA's unmasked path
             keys = attention_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, L)
             mask = keys
             if self.cfg.causal:

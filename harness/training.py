@@ -130,8 +130,14 @@ def load_training_data(cfg: Config, tokenizer, corpus=None):
     return rows(cfg.data.train_split), rows(cfg.data.valid_split)
 
 
+def make_optimizer(model: torch.nn.Module, *, lr: float, weight_decay: float, betas=(0.9, 0.999)):
+    """AdamW over the model's parameters with the multi-tensor (foreach) kernels, on CPU as on CUDA
+    (the same arithmetic as the per-parameter loop, in fewer, larger operations)."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay, foreach=True)
+
+
 class EMA:
-    """Exponential moving average of the parameters, kept in float32."""
+    """Exponential moving average of the parameters, kept in float32 (one multi-tensor update per step)."""
 
     def __init__(self, model: torch.nn.Module, decay: float):
         self.decay = decay
@@ -139,10 +145,15 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: torch.nn.Module) -> None:
-        for k, v in model.state_dict().items():
-            if v.dtype.is_floating_point:
-                self.shadow[k].mul_(self.decay).add_(v.detach().float(), alpha=1 - self.decay)
-            else:
+        state = model.state_dict(keep_vars=True)
+        floats = [k for k, v in state.items() if v.dtype.is_floating_point]
+        live = [state[k].detach() for k in floats]
+        live = [v if v.dtype == torch.float32 else v.float() for v in live]
+        shadow = [self.shadow[k] for k in floats]
+        torch._foreach_mul_(shadow, self.decay)
+        torch._foreach_add_(shadow, live, alpha=1 - self.decay)
+        for k, v in state.items():
+            if not v.dtype.is_floating_point:
                 self.shadow[k].copy_(v)
 
     @contextlib.contextmanager
@@ -332,9 +343,8 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
     rows, masks = train_data.input_ids, train_data.attention_mask
     model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
     ema = EMA(model, cfg.train.ema)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2), weight_decay=cfg.train.weight_decay
-    )
+    opt = make_optimizer(model, lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2),
+                         weight_decay=cfg.train.weight_decay)
     if state is not None:
         from harness.checkpoint import _read_weights
 
@@ -426,7 +436,7 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
                 loss.backward()
                 step_loss += float(loss.detach())
             if cfg.train.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip, foreach=True)
             opt.step()
             ema.update(model)
             reduced = distributed.all_reduce_sum(torch.tensor([step_loss], dtype=torch.float64)) / info.world
