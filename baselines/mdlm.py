@@ -22,8 +22,15 @@ from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
 def subs_log_probs(logits: torch.Tensor, z_t: torch.Tensor, mask_id: int) -> torch.Tensor:
     """SUBS: (B, L, C) logits, (B, L) z_t -> log-probabilities with unmasked tokens carried over."""
     log_p = torch.log_softmax(logits, dim=-1)
-    carried = torch.full_like(log_p, float("-inf")).scatter(-1, z_t.clamp_max(logits.shape[-1] - 1)[..., None], 0.0)
-    return torch.where((z_t != mask_id)[..., None], carried, log_p)
+    visible = z_t != mask_id
+    if log_p.requires_grad:  # training: out of place, so that backward can use log_p
+        carried = torch.full_like(log_p, float("-inf")).scatter(-1, z_t.clamp_max(logits.shape[-1] - 1)[..., None], 0.0)
+        return torch.where(visible[..., None], carried, log_p)
+    if bool(visible.any()):  # evaluation and sampling: rewrite only the visible rows, in place
+        ids = z_t[visible]
+        rows = torch.full((ids.numel(), log_p.shape[-1]), float("-inf"), dtype=log_p.dtype, device=log_p.device)
+        log_p[visible] = rows.scatter_(-1, ids[:, None], 0.0)
+    return log_p
 
 
 class MDLM(MaskedDiffusion):

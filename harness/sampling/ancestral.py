@@ -122,10 +122,13 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
         if settings.cache:
             call &= reveal.flatten(1).any(-1) if two_stage else stale
         if bool(call.any()):
-            out = torch.exp(shaped_log_probs(units.log_probs(y[call], t), settings))
-            if probs is None:
-                probs = torch.ones(rows, units.seq_len, units.vocab_size, dtype=out.dtype, device=y.device)
-            probs[call] = out
+            out = shaped_log_probs(units.log_probs(y[call], t), settings).exp_()  # a fresh tensor: in place
+            if bool(call.all()):
+                probs = out  # every row recomputed: no copy into the buffer
+            else:
+                if probs is None:
+                    probs = torch.ones(rows, units.seq_len, units.vocab_size, dtype=out.dtype, device=y.device)
+                probs[call] = out
             nfe[call] += 1
         if probs is None:  # nothing revealed (two-stage) or nothing masked anywhere (a full prefix)
             idle += 1
