@@ -119,8 +119,13 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
         masked = y == units.mask_id
         call = masked.flatten(1).any(-1)
         reveal = _reveal(masked, (m_t - m_s) / m_t, generator) if two_stage else None
+        if two_stage:
+            revealing = reveal.flatten(1).any(-1)
+            if settings.cache and not bool(revealing.any()):  # an idle step for every sample: nothing to do
+                idle += 1
+                continue
         if settings.cache:
-            call &= reveal.flatten(1).any(-1) if two_stage else stale
+            call &= revealing if two_stage else stale
         if bool(call.any()):
             out = shaped_log_probs(units.log_probs(y[call], t), settings).exp_()  # a fresh tensor: in place
             if bool(call.all()):

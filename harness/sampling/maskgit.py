@@ -5,7 +5,7 @@ ceil(M k / T) tokens are decoded, so step k decodes ceil(M k / T) - ceil(M (k - 
 (ceil(M / T) or one less; with T > M some steps decode nothing: they call no network and count as
 idle). At each step the denoiser gives the token distribution at every position (Prime: the
 joint over valid codes restricted to V(y^i), i.e. whole tokens, so a token is decoded when all
-its sub-tokens are set); a candidate token is drawn at every masked position, and the positions
+its sub-tokens are set); a candidate token is drawn at every masked position (only there), and the positions
 whose drawn token has the highest probability (under the shaped distribution) are kept. No
 confidence noise or annealing is added (MaskGIT's choice temperature); ties go to ``torch.topk``'s
 order. Time-conditioned networks get t = the fraction of tokens still masked.
@@ -45,9 +45,10 @@ def run_maskgit(units: UnitModel, rows: int, settings: SamplerSettings, generato
             continue
         log_p = shaped_log_probs(units.log_probs(y, remaining / max(units.seq_len, 1)), settings)
         nfe += 1
-        probs = torch.exp(log_p)  # (B, L, C)
-        candidate = sample_categorical(probs=probs, method=settings.method, dtype=settings.dtype,
-                                       generator=generator)
+        probs = log_p.exp_()  # (B, L, C)
+        candidate = torch.zeros(masked_tokens.shape, dtype=torch.long, device=device)
+        candidate[masked_tokens] = sample_categorical(probs=probs[masked_tokens], method=settings.method,
+                                                      dtype=settings.dtype, generator=generator)  # masked only
         confidence = probs.gather(-1, candidate[..., None]).squeeze(-1)
         confidence = confidence.masked_fill(~masked_tokens, float("-inf"))
         chosen = confidence.topk(n_k, dim=-1).indices  # (B, n_k)
