@@ -201,23 +201,20 @@ def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=
     seconds = {}
     cases = [("arm", {}), ("mdlm", {}), ("masked", {}), ("prime", {"ell": 2}), ("prime", {"ell": 4})]
     for family, extra in cases:
-        kw = dict(common, **extra)
-        if family == "prime":
-            kw["d_model"] = d  # the sub-token embedding splits d over ell
-        model = build_model(family, **kw).to(device).eval()
+        model = build_model(family, **dict(common, **extra)).to(device).eval()
         label = family + (f" ell={extra['ell']}" if extra else "")
 
-        def run(model=model, family=family):
-            if family == "arm":
-                model.nll(x0)
-            else:
+        def run(model=model):
+            if model.uses_time_sampler:  # one Monte-Carlo corruption
                 model.nll(x0, num_samples=1, generator=torch.Generator(device=device).manual_seed(1))
+            else:
+                model.nll(x0)
 
         seconds[label] = median_time(run, repeats, sync=_sync(device))
-    arm = seconds["arm"]
+    arm = seconds[cases[0][0]]
     out = []
     for label, s in seconds.items():
-        if label == "arm":
+        if label == cases[0][0]:
             out.append(Figure("nll: ARM exact NLL per forward", s, "seconds", None, None, {"C": C, "batch": B, "seq_len": L}))
             continue
         ratio = s / arm

@@ -56,8 +56,8 @@ def test_rotary_breaks_permutation_equivariance():
     perm = torch.randperm(12, generator=torch.Generator().manual_seed(1))
     out, out_perm = b(x), b(x[:, perm])
     assert not torch.allclose(out[:, perm], out_perm, atol=1e-2)
-    b.blocks[0].rotary.cos.fill_(1.0)
-    b.blocks[0].rotary.sin.fill_(0.0)  # identity rotation: equivariance comes back
+    b.blocks[0].rotary.cos2.fill_(1.0)
+    b.blocks[0].rotary.sin2.fill_(0.0)  # identity rotation: equivariance comes back
     assert torch.allclose(b(x)[:, perm], b(x[:, perm]), atol=1e-4)
 
 

@@ -23,7 +23,7 @@ def _groups(group: click.Group, prefix: str = "primebench"):
 def test_no_empty_command_groups():
     empty = [name for name, g in _groups(main) if not g.commands]
     assert empty == []
-    assert "reproduce" not in main.commands and "bench" not in main.commands
+    assert "reproduce" not in main.commands and not isinstance(main.commands["bench"], click.Group)
 
 
 def _record():
@@ -65,7 +65,7 @@ def test_commands_that_print_records_use_emit_record():
 
 def test_help_lists_groups_with_commands():
     res = CliRunner().invoke(main, ["--help"])
-    assert res.exit_code == 0 and "reproduce" not in res.output and "bench " not in res.output
+    assert res.exit_code == 0 and "reproduce" not in res.output and "bench " in res.output
 
 
 def test_table_command_offers_every_layout_and_format():
