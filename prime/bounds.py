@@ -137,17 +137,14 @@ def fused_prime_terms(logits: torch.Tensor, y_t: torch.Tensor, x0: torch.Tensor,
     x = restricted_padded_logits(logits, y_t, C=C, base=base, ell=ell, carry_over=carry_over)
     top = x.amax(-1, keepdim=True)  # finite: V(y_t^i) is never empty
     e = torch.exp(x - top)
+    sums, total = digit_sums(e, base=base, ell=ell) if "subtoken" in estimators else (None, e.sum(-1, keepdim=True))
     out = []
-    log_total = None
     for name in estimators:
         if name == "token_joint":
-            if log_total is None:
-                log_total = torch.log(e.sum(-1, keepdim=True))
-            true = (x.gather(-1, x0[..., None]) - top - log_total).squeeze(-1)
+            true = (x.gather(-1, x0[..., None]) - top - torch.log(total)).squeeze(-1)
             scored = masked.any(-1) if joint_scored is None else joint_scored
             out.append(torch.where(scored, -true, torch.zeros_like(true)))
         elif name == "subtoken":
-            sums, total = digit_sums(e, base=base, ell=ell)
             true = sums.gather(-1, y0[..., None]).squeeze(-1)  # (B, L, ell)
             log_marg = torch.log(true) - torch.log(total)
             under = masked & (true == 0)

@@ -110,7 +110,7 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
     y = units.initial_state(rows, prefix)
     nfe = torch.zeros(rows, dtype=torch.long, device=y.device)
     idle = torch.zeros(rows, dtype=torch.long, device=y.device)
-    probs = None  # (B, L, C): the shaped denoiser output, reused by caching (allocated once)
+    probs = None  # (B, L, C): the shaped denoiser output, reused by caching (a call on every row replaces it)
     stale = torch.ones(rows, dtype=torch.bool, device=y.device)  # rows whose output must be recomputed
 
     for k in range(1, steps + 1):
