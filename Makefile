@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 install: $(STAMP)
 
 quickstart: $(STAMP)
-	$(BIN)/primebench quickstart
+	$(BIN)/primebench reproduce quickstart
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

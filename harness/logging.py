@@ -35,8 +35,28 @@ def progress(disable: bool = False):
         yield bar
 
 
+_CAPTURE: list[Console] = []  # consoles of open capture_stdout() blocks, innermost last
+
+
 def stdout_console() -> Console:
-    """Console for results on stdout; wide when piped so tables are not wrapped mid-label."""
+    """Console for results on stdout; wide when piped so tables are not wrapped mid-label. Inside
+    :func:`capture_stdout` it is that block's recording console instead."""
     import sys
 
+    if _CAPTURE:
+        return _CAPTURE[-1]
     return Console(width=None if sys.stdout.isatty() else 200)
+
+
+@contextlib.contextmanager
+def capture_stdout(width: int = 200):
+    """Record what the views print (``stdout_console()``) instead of printing it; yields the recording
+    console, whose ``export_text()`` is the plain text (for Markdown reports)."""
+    import io
+
+    recorder = Console(file=io.StringIO(), record=True, width=width, color_system=None)
+    _CAPTURE.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _CAPTURE.remove(recorder)

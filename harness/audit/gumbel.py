@@ -26,6 +26,7 @@ All probabilities here are float64; ``kl`` and ``entropy`` are in nats.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -119,6 +120,18 @@ def grid_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, *,
     if isinstance(bits, bool) or not isinstance(bits, int) or bits < 8:
         raise PrimebenchError(f"bits must be an integer >= 8, got {bits!r}")
     pi = _normalised64(probs)
+    return _largest_takes_rest(pi, _grid_win(pi, bits))
+
+
+def _largest_takes_rest(pi: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+    top = pi.argmax(-1, keepdim=True)
+    win = win.scatter(-1, top, torch.zeros_like(top, dtype=win.dtype))
+    return win.scatter(-1, top, 1.0 - win.sum(-1, keepdim=True))
+
+
+def _grid_win(pi: torch.Tensor, bits: int) -> torch.Tensor:
+    """P(class wins) = 2^-b sum_k (k 2^-b)^(1/pi - 1) for normalised pi (0 where pi = 0): the 64 top
+    cells exactly, the rest by the midpoint rule (see :func:`grid_gumbel_probs`)."""
     N = 2.0 ** bits
     cells = 64
     pos = pi > 0
@@ -128,10 +141,34 @@ def grid_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, *,
     log_hi = math.log1p(-(cells + 0.5) / N)  # midpoint-rule limits for k = 1 .. 2^b - cells - 1
     log_lo = math.log(0.5 / N)
     tail = (torch.exp(inv * log_hi) - torch.exp(inv * log_lo)) / inv
-    p = torch.where(pos, head + tail, torch.zeros_like(pi))
-    top = pi.argmax(-1, keepdim=True)
-    p = p.scatter(-1, top, torch.zeros_like(top, dtype=p.dtype))
-    return p.scatter(-1, top, 1.0 - p.sum(-1, keepdim=True))
+    return torch.where(pos, head + tail, torch.zeros_like(pi))
+
+
+_TABLE_POINTS = 1 << 17
+_TABLE_BELOW = 8.0  # nats below log 2^-b where the table starts; under it a class wins with ~exp(-e^8)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_win_table(bits: int) -> tuple[float, float, torch.Tensor]:
+    """(x0, dx, log(win / pi) at x0 + i dx) on a uniform grid of x = log pi from log 2^-b - 8 to 0."""
+    x0 = -bits * math.log(2.0) - _TABLE_BELOW
+    x = torch.linspace(x0, 0.0, _TABLE_POINTS, dtype=torch.float64)
+    win = _grid_win(torch.exp(x), bits)
+    return x0, -x0 / (_TABLE_POINTS - 1), torch.log(win.clamp_min(1e-300)) - x
+
+
+def _grid_win_fast(pi: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`_grid_win` by linear interpolation of log(win / pi) in log pi (relative error below 1e-5
+    where the win probability is above 1e-300; tested against the direct sum)."""
+    x0, dx, table = _grid_win_table(bits)
+    x = torch.log(pi)
+    pos = x >= x0
+    u = ((x.clamp(min=x0, max=0.0) - x0) / dx)
+    i = u.floor().clamp(max=_TABLE_POINTS - 2)
+    w = u - i
+    i = i.long()
+    log_ratio = table[i] * (1.0 - w) + table[i + 1] * w
+    return torch.where(pos, torch.exp(x + log_ratio), torch.zeros_like(pi))
 
 
 def grid_inverse_cdf_probs(probs: torch.Tensor, dtype: DTypeLike) -> torch.Tensor:
@@ -172,6 +209,35 @@ def mdlm_step_distribution(token_probs: torch.Tensor, *, step: int, steps: int,
     unmask = (sched.alpha(s) - sched.alpha(t)) / masked_t
     stay = sched.mask_prob(s) / masked_t
     return torch.cat([unmask * p, stay.expand(p.shape[:-1] + (1,))], dim=-1)
+
+
+def mdlm_joint_draw_law(token_probs: torch.Tensor, *, steps: int, dtype: DTypeLike,
+                        schedule: str | Schedule = "linear") -> torch.Tensor:
+    """The token a position ends with under T steps of MDLM's joint draw in ``dtype``, float64 (V,).
+
+    For a context-free denoiser (the same ``token_probs`` at a masked position whatever is revealed),
+    step k draws from :func:`mdlm_step_distribution` with the grid law of ``torch.rand`` in ``dtype``
+    (:func:`grid_gumbel_probs`; MDLM's race with offsets has the same law up to O(1e-10)). A position
+    still masked after step k-1 (probability S_{k-1}) takes token v at step k with the grid-law mass
+    P_k(v), so the final law is sum_k S_{k-1} P_k(v), with S_k = S_{k-1} P_k(stay). With t_end = 0
+    the last step has no stay mass, so every position ends with a token (S_T = 0). In float32 a
+    token whose share (1 - s/t) p(v) of a step is near 2^-24 loses most of its mass: its probability
+    falls, and the entropy with it, as T grows (Zheng et al. Sec. 5.3).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise PrimebenchError(f"steps must be a positive integer, got {steps!r}")
+    p = _normalised64(token_probs)
+    if p.dim() != 1:
+        raise PrimebenchError(f"token_probs must be one distribution (V,), got shape {tuple(p.shape)}")
+    bits = uniform_bits(dtype)
+    alive = torch.ones((), dtype=torch.float64)
+    law = torch.zeros_like(p)
+    for k in range(1, steps + 1):
+        pi = _normalised64(mdlm_step_distribution(p, step=k, steps=steps, schedule=schedule))
+        step = _largest_takes_rest(pi, _grid_win_fast(pi, bits))
+        law += alive * step[:-1]
+        alive = alive * step[-1]
+    return law / law.sum()
 
 
 class TokenDistributions(NamedTuple):

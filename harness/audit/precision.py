@@ -279,6 +279,37 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
     return path
 
 
+def audit_from_record(rec: dict[str, Any]) -> PrecisionAudit:
+    """The :class:`PrecisionAudit` a ``precision`` record was made from (rows and protocol), so
+    plots can be drawn again from records alone."""
+    if rec.get("evaluation") != "precision" or not isinstance(rec.get("rows"), list):
+        raise PrimebenchError(f"not a precision record (evaluation {rec.get('evaluation')!r})",
+                              fix="pass a record written by `primebench audit precision`")
+    protocol = rec.get("protocol", {})
+    units = units_of(2 if protocol.get("entropy", {}).get("units") == "bits" else "e")
+    rows = []
+    for item in rec["rows"]:
+        m, p = item["metrics"], item["protocol"]
+
+        def value(name, key="value"):
+            entry = m.get(name)
+            v = None if entry is None else entry.get(key)
+            return float("nan") if v is None and key == "stderr" else v
+
+        rows.append(PrecisionRow(
+            sampler=str(p["sampler"]).removesuffix(" (control)"), control=bool(p["control"]), steps=p["steps"],
+            dtype=p["dtype"], entropy=value("entropy"), entropy_stderr=value("entropy", "stderr"), units=units,
+            nfe=value("nfe"), idle_steps=value("idle_steps"), wall_s=item.get("wall_s_per_sample"),
+            num_samples=p["num_samples"], gen_ppl=value("gen_ppl"),
+            gen_ppl_stderr=None if m.get("gen_ppl") is None else m["gen_ppl"].get("stderr")))
+    return PrecisionAudit(rows=tuple(rows), protocol=protocol)
+
+
+def plot_record(rec: dict[str, Any], path: str | Path) -> Path:
+    """:func:`plot` of a ``precision`` record."""
+    return plot(audit_from_record(rec), path)
+
+
 @dataclass(frozen=True)
 class PrecisionRun:
     """The audit of one checkpoint and its ``precision`` record."""
@@ -319,4 +350,4 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
 
 
 __all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "PrecisionRun", "audit_checkpoint",
-           "plot", "precision_audit", "record"]
+           "audit_from_record", "plot", "plot_record", "precision_audit", "record"]

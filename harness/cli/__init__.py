@@ -35,9 +35,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import audit, bench, data, eval as eval_cmd, models, quickstart, table, train, transfer
+    from harness.cli import audit, bench, data, eval as eval_cmd, models, reproduce, table, train, transfer
 
-    for module in (train, eval_cmd, audit, table, data, models, quickstart, transfer, bench):
+    for module in (train, eval_cmd, audit, table, data, models, reproduce, transfer, bench):
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -9,7 +9,7 @@ functions print one record (or audit) the way its command does.
 Modules: ``table`` (the model and its formats), ``records_io`` (loading), ``entries`` and
 ``footnotes`` (what every layout shares), ``generic`` (the one-row-per-entry table), one module per
 evaluation (``ppl``, ``zeroshot``, ``genppl``, ``precision``, ``idle``, ``fid``, ``bound``,
-``gumbel``, ``corpus``, ``quickstart``) with its layout and its command's view, and ``layouts`` (the registry).
+``gumbel``, ``corpus``) with its layout and its command's view, and ``layouts`` (the registry).
 Nothing here imports torch, so ``primebench table`` stays light.
 """
 
@@ -24,11 +24,10 @@ from harness.views.idle import render_idle
 from harness.views.layouts import LAYOUTS, build_table
 from harness.views.ppl import render_ppl
 from harness.views.precision import render_precision
-from harness.views.quickstart import render_quickstart
 from harness.views.records_io import load_records
 from harness.views.table import FORMATS, Cell, Column, Footnote, Table, render, to_rich
 from harness.views.zeroshot import render_zeroshot
 
 __all__ = ["Cell", "Column", "FORMATS", "Footnote", "LAYOUTS", "Table", "build_table", "load_records", "render",
            "render_bound", "render_corpus_info", "render_fid", "render_genppl", "render_gumbel", "render_idle",
-           "render_ppl", "render_precision", "render_quickstart", "render_zeroshot", "to_rich"]
+           "render_ppl", "render_precision", "render_zeroshot", "to_rich"]

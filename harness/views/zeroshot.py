@@ -21,7 +21,12 @@ def _primary(metrics: dict) -> str | None:
 
 def zeroshot_table(records, spec: Layout) -> Table:
     """Rows: models (and a "paper objective" row where a record has one); cells: perplexity per
-    dataset. Protocol differences are compared within each dataset column only."""
+    dataset. Protocol differences are compared within each dataset column only. Records of lm-eval
+    runs (``eval zeroshot``: several tasks and metrics each) get one column per task metric instead."""
+    if all(r.get("evaluation") == "zeroshot" for r in records):
+        from harness.views.generic import generic_table
+
+        return generic_table(records, spec)
     items = entries(records)
     for e in items:
         e.protocol.setdefault("dataset", e.protocol.get("data"))

@@ -71,3 +71,22 @@ def _load_hf(arg: str) -> Corpus:
     docs = [str(x) for x in dataset[field]]
     spec = f"hf:{body}#{field}"
     return make_corpus(spec, spec, {split: docs})
+
+
+#: MDLM's ``openwebtext-split``: the hub's single train split, the last 100k documents held out.
+OWT_SOURCE = "Skylion007/openwebtext:train"
+OWT_HOLDOUT = 100_000
+
+
+@CORPUS_KINDS.register("openwebtext")
+def _load_openwebtext(arg: str) -> Corpus:
+    """``openwebtext``: OpenWebText as MDLM splits it, train = train[:-100000] and validation = the
+    last 100k documents (``load_dataset('openwebtext', split='train[-100000:]')``). Needs the network."""
+    if arg:
+        raise DataError(f"corpus 'openwebtext:{arg}' takes no argument",
+                        fix="use openwebtext (splits train and validation)")
+    docs = _load_hf(OWT_SOURCE).documents("train")
+    if len(docs) <= OWT_HOLDOUT:
+        raise DataError(f"OpenWebText has only {len(docs)} documents, not more than the {OWT_HOLDOUT} held out",
+                        fix="check the dataset copy (the hub version has 8,013,769 documents)")
+    return make_corpus("openwebtext", "openwebtext", {"train": docs[:-OWT_HOLDOUT], "validation": docs[-OWT_HOLDOUT:]})

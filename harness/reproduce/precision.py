@@ -1,0 +1,150 @@
+"""``primebench reproduce precision``: the float32 temperature effect, visible on a 2-core CPU.
+
+Zheng et al. (2409.02908) report MDLM's unigram entropy falling from about 5.6 to 4.9 nats as the
+steps grow from 100 to 10,000 with float32 draws, and flat with float64. The effect lives where a
+token's share of a step, p(token) x (reveal probability), falls near 2^-24, so it needs a large
+vocabulary: at the quickstart's C = 1000 float32 and float64 agree. This job therefore
+
+1. trains a small MDLM and a small MDM-Prime (ell = 2) with the real GPT-2 BPE (V = 50257) on the
+   embedded Wikipedia text (``precision/mdlm``, ``precision/prime``);
+2. runs the precision audit on each: MDLM's joint draw (method ``mdlm-legacy``, MDLM's own race with
+   its offsets) in float32 and float64 over a sweep of steps, the same seed in every run, and the
+   two-stage draw as a control (its float32 run should match float64);
+3. predicts each entropy from the exact law of the draw (:func:`harness.audit.gumbel.mdlm_joint_draw_law`,
+   the grid model of ``torch.rand`` integrated over the T steps) for the model's *context-free*
+   marginal: the denoiser's output on the all-masked sequence, averaged over positions. The
+   prediction is the expected per-sample entropy of L tokens drawn from that law (Monte Carlo, with
+   its standard error), and the population entropy of the law itself.
+
+The prediction ignores context (a real sample conditions later tokens on earlier ones), so its
+level is not the measured one; what it predicts is the *shape*: whether, and by how much, float32
+falls below float64 as T grows. For Prime the token is drawn over C classes without the stay mass
+(its reveal decision is a separate two-way draw), so the law predicts no effect at any T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MODELS = ("mdlm", "prime")
+AUDIT = dict(steps=[16, 64, 256], num_samples=8, dtypes=["float32", "float64"], method="mdlm-legacy",
+             batch_size=8, seed=0)
+DRAWS = ("joint", "two-stage")
+PREDICTION = dict(mc_samples=4000, seed=0)
+
+
+@dataclass(frozen=True)
+class PrecisionRecords:
+    """The records of one ``reproduce precision`` run."""
+
+    out: Path
+    audits: dict[str, dict[str, Any]]  # "MODEL-DRAW" -> precision record
+    predictions: dict[str, dict[str, Any]]  # MODEL -> precision-prediction record
+
+
+def all_masked_marginal(model, device: str = "cpu"):
+    """The denoiser's token distribution on the all-masked sequence, averaged over positions
+    (float64, (C,)): the model's context-free marginal at the first ancestral step."""
+    import torch
+
+    from harness.sampling.units import UnitModel
+
+    units = UnitModel(model)
+    with torch.no_grad():
+        y = units.initial_state(1, None)
+        log_p = units.log_probs(y, 1.0)[0].to(torch.float64)  # (L, C)
+    return log_p.exp().mean(0)
+
+
+def predict(model, *, family: str, steps: list[int], dtypes: list[str], seq_len: int, mc_samples: int,
+            seed: int) -> dict[str, Any]:
+    """A ``precision-prediction`` record: per (T, dtype) the law's entropy and the expected per-sample
+    entropy of ``seq_len`` tokens drawn from it (Monte Carlo over ``mc_samples`` samples)."""
+    import torch
+
+    from harness.audit.gumbel import entropy, grid_gumbel_probs, mdlm_joint_draw_law
+    from harness.metrics.entropy import MeanEntropy
+    from harness.records import Metric, make_record
+
+    p = all_masked_marginal(model)
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for T in steps:
+        for dtype in dtypes:
+            if family == "prime":
+                law = grid_gumbel_probs(p, dtype)  # x_hat over C classes, no stay mass: the same at every T
+            else:
+                law = mdlm_joint_draw_law(p, steps=T, dtype=dtype)
+            tokens = torch.multinomial(law, mc_samples * seq_len, replacement=True, generator=gen)
+            metric = MeanEntropy(base="e")
+            metric.update(tokens.view(mc_samples, seq_len))
+            ent = metric.compute()
+            rows.append({"steps": T, "dtype": dtype,
+                         "metrics": {"entropy": Metric(ent.mean, ent.stderr, "estimate",
+                                                       f"nats per sample of L = {seq_len} tokens").to_dict(),
+                                     "law_entropy": Metric(float(entropy(law)), 0.0, "exact",
+                                                           "nats, entropy of the predicted token law").to_dict()}})
+    protocol = {
+        "prediction": "context-free: the denoiser's all-masked output averaged over positions, drawn with the "
+                      "exact law of the categorical draw in each dtype",
+        "law": ("grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
+                "over the T steps (mdlm_joint_draw_law)") if family != "prime" else
+               "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)",
+        "marginal_entropy": float(entropy(p)),
+        "mc_samples": mc_samples, "seq_len": seq_len, "seed": seed, "steps": list(steps), "dtypes": list(dtypes),
+    }
+    return make_record("precision-prediction", model=None, metrics={}, protocol=protocol, seed=seed,
+                       extra={"rows": rows})
+
+
+def run_precision(out: Path, *, force: bool = False, steps: int | None = None, audit_steps: list[int] | None = None,
+                  samples: int | None = None) -> PrecisionRecords:
+    """Train (or reuse) ``precision/mdlm`` and ``precision/prime`` under ``out``, audit and predict.
+
+    ``steps`` overrides ``train.steps`` (a smoke run); ``audit_steps`` the sweep of T; ``samples``
+    the samples per run (and batch size)."""
+    from harness.audit.precision import audit_checkpoint
+    from harness.config import load_config
+    from harness.evaluation import load_for_evaluation
+    from harness.logging import console, progress
+    from harness.reproduce.report import write_precision_report
+    from harness.reproduce.stages import Stages
+
+    out = Path(out)
+    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    cfgs = {name: load_config(f"precision/{name}", overrides) for name in MODELS}
+    audit = dict(AUDIT, steps=list(audit_steps or AUDIT["steps"]))
+    if samples is not None:
+        audit.update(num_samples=samples, batch_size=samples)
+    log = console().log
+    audits, predictions = {}, {}
+    with progress() as bar:
+        stages = Stages(out, force=force, bar=bar, log=log)
+        stages.task = bar.add_task("reproduce precision", total=len(MODELS) * (2 + len(DRAWS)), loss=float("nan"),
+                                   tps=0.0)
+        for name, cfg in cfgs.items():
+            stages.train(name, cfg)
+        for name, cfg in cfgs.items():
+            base = {"checkpoint": name, "train": cfg.to_dict()}
+            for draw in DRAWS:
+                kw = dict(audit, draw=draw, controls=draw == "joint")
+                audits[f"{name}-{draw}"] = stages.record(f"precision-{name}-{draw}", dict(base, **kw), lambda: (
+                    audit_checkpoint(out / name, **kw, sampler=None, entropy_base="e", log=log).record))
+            pred_kw = dict(PREDICTION, steps=audit["steps"], dtypes=audit["dtypes"])
+
+            def make_prediction():
+                _, model, _, _ = load_for_evaluation(out / name, "cpu")
+                record = predict(model, family=cfg.model.family, seq_len=cfg.data.seq_len, **pred_kw)
+                record["model"] = audits[f"{name}-joint"]["model"]
+                return record
+
+            predictions[name] = stages.record(f"prediction-{name}", dict(base, **pred_kw), make_prediction)
+    result = PrecisionRecords(out=out, audits=audits, predictions=predictions)
+    write_precision_report(result)
+    return result
+
+
+__all__ = ["AUDIT", "DRAWS", "MODELS", "PREDICTION", "PrecisionRecords", "all_masked_marginal", "predict",
+           "run_precision"]

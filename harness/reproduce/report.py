@@ -1,0 +1,288 @@
+"""What a reproduce job shows: its tables on stdout, ``tables.md`` and PNG plots, all views of records.
+
+A job's report is a list of :class:`Section`: a title and either records with a table layout of
+:mod:`harness.views` (rendered rich on the terminal, Markdown in ``tables.md``) or a record with a
+rich view of its own (idle, Gumbel; its text goes into ``tables.md`` as a code block). The plots
+are drawn from the same records, so ``primebench table`` and the files always agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of a report: ``layout`` over ``records``, or ``view(record)`` for a single record."""
+
+    title: str
+    records: Sequence[dict[str, Any]] = field(default_factory=tuple)
+    layout: str | None = None
+    view: Callable[[dict[str, Any]], None] | None = None
+    note: str = ""
+    table: Any = None  # a prebuilt harness.views.Table (then records only say the section is not empty)
+
+
+def print_sections(sections: Sequence[Section]) -> None:
+    """Every section on stdout (rich tables, as the ``table`` command prints them)."""
+    from harness.logging import stdout_console
+    from harness.views import build_table, to_rich
+
+    screen = stdout_console()
+    for s in sections:
+        if s.table is not None:
+            screen.print(to_rich(s.table))
+        elif s.view is not None:
+            for record in s.records:
+                s.view(record)
+        elif s.records:
+            screen.print(to_rich(build_table(list(s.records), s.layout)))
+
+
+def sections_markdown(title: str, sections: Sequence[Section], preamble: str = "") -> str:
+    """The sections as one Markdown document: a heading per section, Markdown tables for layouts,
+    code blocks for views."""
+    from harness.logging import capture_stdout
+    from harness.views import build_table, render
+
+    parts = [f"# {title}\n"]
+    if preamble:
+        parts.append(preamble.rstrip() + "\n")
+    for s in sections:
+        if not s.records:
+            continue
+        parts.append(f"## {s.title}\n")
+        if s.note:
+            parts.append(s.note.rstrip() + "\n")
+        if s.table is not None:
+            parts.append(render(s.table, "md").rstrip() + "\n")
+        elif s.view is not None:
+            with capture_stdout() as screen:
+                for record in s.records:
+                    s.view(record)
+            text = "\n".join(line.rstrip() for line in screen.export_text().splitlines())
+            parts.append(f"```\n{text.strip()}\n```\n")
+        else:
+            parts.append(render(build_table(list(s.records), s.layout), "md").rstrip() + "\n")
+    return "\n".join(parts)
+
+
+def _metric(record: dict[str, Any], name: str) -> tuple[float, float] | None:
+    m = record.get("metrics", {}).get(name)
+    if not m or m.get("value") is None:
+        return None
+    se = m.get("stderr")
+    return float(m["value"]), 0.0 if se is None or se != se else float(se)
+
+
+def _label(record: dict[str, Any]) -> str:
+    return str(record.get("model", {}).get("name") or "?")
+
+
+def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:
+    """Bars of NLL (nats/token) per model: the exact NLL or the valid bound, and Prime's paper
+    objective beside it (hatched, labelled not a bound), with one-standard-error bars."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 0.6 * max(3, len(records)) + 1.2))
+    ax = fig.add_subplot(1, 1, 1)
+    labels, y = [], 0.0
+    shown = set()
+    for r in records:
+        main = _metric(r, "nll")
+        if main is None:
+            continue
+        kind = r["metrics"]["nll"].get("kind", "estimate")
+        name = {"exact": "exact NLL", "bound": "valid bound (<=)"}.get(kind, kind)
+        ax.barh(y, main[0], xerr=main[1], height=0.38, color="tab:blue" if kind == "exact" else "tab:green",
+                capsize=3, label=None if name in shown else name)
+        shown.add(name)
+        joint = _metric(r, "nll_token_joint")
+        if joint is not None:
+            ax.barh(y - 0.4, joint[0], xerr=joint[1], height=0.38, color="tab:orange", hatch="//", capsize=3,
+                    label=None if "paper" in shown else "paper objective (not a bound)")
+            shown.add("paper")
+        labels.append((y - (0.2 if joint is not None else 0.0), _label(r)))
+        y -= 1.2
+    ax.set_yticks([p for p, _ in labels], [n for _, n in labels])
+    ax.set_xlabel("nats per token (lower is better; ± one standard error)")
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="lower right")
+    return _save(fig, path)
+
+
+def plot_genppl(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:
+    """Gen PPL (log scale) against entropy per sample, one marker per model and dtype, with
+    one-standard-error bars in both directions: a low Gen PPL bought with low entropy shows."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.5))
+    ax = fig.add_subplot(1, 1, 1)
+    markers = {"float32": "o", "float64": "s"}
+    colors: dict[str, Any] = {}
+    for r in records:
+        g, h = _metric(r, "gen_ppl"), _metric(r, "entropy_model")
+        if g is None or h is None:
+            continue
+        name, dtype = _label(r), str(r.get("protocol", {}).get("dtype"))
+        line = ax.errorbar(h[0], g[0], xerr=h[1], yerr=g[1], marker=markers.get(dtype, "^"), capsize=3,
+                           linestyle="none", color=colors.get(name), label=f"{name} {dtype}")
+        colors.setdefault(name, line.lines[0].get_color())
+    ax.set_yscale("log")
+    ax.set_xlabel("unigram entropy per sample (nats, model ids)")
+    judge = next((r.get("protocol", {}).get("judge") for r in records), None)
+    ax.set_ylabel(f"Gen PPL under {judge}")
+    ax.set_title(title)
+    ax.legend(fontsize="x-small", ncol=2)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png")
+    tmp.replace(path)
+    return path
+
+
+def quickstart_sections(result) -> list[Section]:
+    """The quickstart's tables, in the order they print."""
+    from harness.views.gumbel import render_gumbel
+    from harness.views.idle import render_idle
+
+    return [
+        Section("Perplexity on the validation split", result.ppl, "ppl"),
+        Section("Generative perplexity, float32 and float64 draws", result.genppl, "genppl"),
+        Section("Zero-shot on the local tasks (lm-eval)", result.zeroshot, "zeroshot"),
+        Section("Idle-step audit", [result.idle_paper, result.idle_here], view=render_idle),
+        Section("Bound audit on enumerable toy models", [result.bound], "bound"),
+        Section("Precision audit of the quickstart MDLM (C = 1000)", [result.precision], "precision",
+                note="MDLM's joint draw in float32 and float64, same seed. At a 1000-token vocabulary a token's "
+                     "share of a step stays far above 2^-24, so the two dtypes should agree within their standard "
+                     "errors; `primebench reproduce precision` shows the effect at GPT-2's vocabulary."),
+        Section("Gumbel audit: MDLM's first ancestral step at V = 50257", [result.gumbel], view=render_gumbel),
+        Section("Digits: bits per dimension", [r for r in result.images if r["evaluation"] == "ppl"], "ppl"),
+        Section("Digits: FID in a digits classifier's features", [r for r in result.images if r["evaluation"] == "fid"],
+                "fid"),
+    ]
+
+
+def write_report(result) -> list[Path]:
+    """``tables.md`` and the PNG plots of a quickstart run, next to its records."""
+    from harness.audit.precision import plot_record
+    from harness.io import atomic_write_text
+
+    out = result.out
+    preamble = ("Every table is a view of the JSON records in `records/` (`primebench table records/NAME.json`). "
+                "`<=` marks a valid upper bound, `†` Prime's paper objective (not a bound), `~` an estimate; "
+                "`±` is one standard error.")
+    paths = [atomic_write_text(out / "tables.md", sections_markdown("primebench reproduce quickstart",
+                                                                    quickstart_sections(result), preamble))]
+    paths.append(plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"))
+    paths.append(plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float32 vs float64"))
+    paths.append(plot_record(result.precision, out / "precision.png"))
+    return paths
+
+
+def _rows_by(record: dict[str, Any]) -> dict[tuple[Any, str], dict[str, Any]]:
+    """A precision or precision-prediction record's main rows by (steps, dtype)."""
+    rows = {}
+    for r in record.get("rows", []):
+        p = r.get("protocol", r)
+        if not p.get("control"):
+            rows[(p["steps"], p["dtype"])] = r["metrics"]
+    return rows
+
+
+def precision_table(result, model: str):
+    """Measured entropy per sample (joint draw, two-stage control) beside the prediction, per (T, dtype)."""
+    from harness.views.table import Cell, Column, Footnote, Table
+
+    joint = _rows_by(result.audits[f"{model}-joint"])
+    two = _rows_by(result.audits[f"{model}-two-stage"])
+    pred = _rows_by(result.predictions[model])
+    controls = [r for r in result.audits[f"{model}-joint"]["rows"] if r["protocol"]["control"]]
+
+    def cell(metrics, name="entropy"):
+        m = (metrics or {}).get(name)
+        return Cell() if m is None else Cell(m["value"], m.get("stderr"), m.get("kind"))
+
+    columns = (Column("steps", "steps T", False), Column("dtype", "dtype", False),
+               Column("joint", "joint draw, measured"), Column("two_stage", "two-stage draw, measured"),
+               Column("predicted", "predicted, context-free"), Column("law", "predicted law entropy"))
+    rows = [(Cell(text=str(T)), Cell(text=dtype), cell(joint.get((T, dtype))), cell(two.get((T, dtype))),
+             cell(pred.get((T, dtype))), cell(pred.get((T, dtype)), "law_entropy"))
+            for (T, dtype) in sorted(joint, key=lambda k: (k[0], k[1]))]
+    rows += [(Cell(text="per unit"), Cell(text=f"{c['protocol']['dtype']} ({c['protocol']['sampler']})"),
+              cell(c["metrics"]), Cell(), Cell(), Cell()) for c in controls]
+    audit = result.audits[f"{model}-joint"]["protocol"]
+    prediction = result.predictions[model]["protocol"]
+    notes = (
+        Footnote("estimate", "estimate (sampled or Monte Carlo)"),
+        Footnote(None, f"entropy: nats per sample of L = {prediction['seq_len']} model token ids, mean over "
+                       f"{audit['num_samples']} samples, ± one standard error; every run seeded {audit['seed']}; "
+                       f"method {audit['method']}."),
+        Footnote(None, "predicted: the exact law of the draw for the model's all-masked output averaged over "
+                       f"positions (entropy {prediction['marginal_entropy']:.4f} nats), {prediction['mc_samples']} "
+                       "Monte-Carlo samples of L tokens; it ignores context, so compare its float32-float64 gap, "
+                       "not its level. law: entropy of that token law (population, not per sample)."),
+    )
+    name = result.audits[f"{model}-joint"]["model"].get("name")
+    return Table("precision", f"Precision audit of {name}: entropy per sample against steps", columns,
+                 tuple(rows), notes, 3)
+
+
+def plot_precision_comparison(result, path: Path) -> Path:
+    """Entropy per sample against T (log x), one panel per model: the joint draw per dtype (solid),
+    the two-stage control (dashed) and the context-free prediction (dotted), with error bars."""
+    from matplotlib.figure import Figure
+
+    models = sorted({k.rsplit("-", 1)[0] if k.endswith("-joint") else None for k in result.audits} - {None})
+    fig = Figure(figsize=(6.0 * len(models), 4.2))
+    styles = {"joint": ("-", "o", "joint draw"), "two-stage": ("--", "s", "two-stage"), "predicted": (":", "^", "predicted")}
+    for i, model in enumerate(models):
+        ax = fig.add_subplot(1, len(models), i + 1)
+        series = {"joint": _rows_by(result.audits[f"{model}-joint"]),
+                  "two-stage": _rows_by(result.audits[f"{model}-two-stage"]),
+                  "predicted": _rows_by(result.predictions[model])}
+        colors = {"float32": "tab:red", "float64": "tab:blue"}
+        for kind, rows in series.items():
+            for dtype in ("float32", "float64"):
+                pts = sorted((T, m["entropy"]) for (T, d), m in rows.items() if d == dtype)
+                if not pts:
+                    continue
+                line, marker, label = styles[kind]
+                ax.errorbar([T for T, _ in pts], [m["value"] for _, m in pts],
+                            yerr=[m.get("stderr") or 0.0 for _, m in pts], linestyle=line, marker=marker, capsize=3,
+                            color=colors[dtype], label=f"{label} {dtype}")
+        ax.set_xscale("log")
+        ax.set_xlabel("sampling steps T")
+        ax.set_ylabel("unigram entropy per sample (nats)")
+        ax.set_title(str(result.audits[f"{model}-joint"]["model"].get("name")))
+        ax.legend(fontsize="x-small")
+    return _save(fig, path)
+
+
+def precision_sections(result) -> list[Section]:
+    models = sorted({k.rsplit("-", 1)[0] for k in result.audits if k.endswith("-joint")})
+    return [Section(f"{m}: float32 vs float64 over steps", [result.audits[f"{m}-joint"]], table=precision_table(result, m))
+            for m in models]
+
+
+def write_precision_report(result) -> list[Path]:
+    """``tables.md`` and ``precision.png`` of a ``reproduce precision`` run, next to its records."""
+    from harness.io import atomic_write_text
+
+    preamble = ("MDLM's joint draw (MDLM's own categorical, `mdlm-legacy`) in float32 and float64 with the same seed, "
+                "the two-stage draw as a control, and the entropy predicted from the exact law of the draw. "
+                "Every number is a view of the records in `records/`.")
+    text = sections_markdown("primebench reproduce precision", precision_sections(result), preamble)
+    return [atomic_write_text(result.out / "tables.md", text), plot_precision_comparison(result, result.out / "precision.png")]
+
+
+__all__ = ["Section", "plot_precision_comparison", "precision_sections", "precision_table", "write_precision_report", "plot_genppl", "plot_nll", "print_sections", "quickstart_sections", "sections_markdown",
+           "write_report"]
