@@ -18,20 +18,22 @@ def reproduce_group():
     paper-scale presets (owt, zeroshot, genppl, cifar10-fid; precision --paper) with --dry-run."""
 
 
-def _quickstart_options(fn):
-    from harness.reproduce.quickstart import GENPPL
+def _job_options(default_out: str, default_samples: int):
+    """The options a machine-scale text job takes (quickstart, small)."""
+    return lambda fn: _add_job_options(fn, Path(default_out), default_samples)
 
+
+def _add_job_options(fn, default_out: Path, default_samples: int):
     options = [
-        out_option("Folder of the checkpoints, records, tables.md and plots.", default=Path("results/runs/quickstart"),
-                   show_default=True),
+        out_option("Folder of the checkpoints, records, tables.md and plots.", default=default_out, show_default=True),
         click.option("--force", is_flag=True, help="Redo every stage, even those done with the same config."),
         click.option("--judge", default="smollm2", show_default=True, help="Gen-PPL judge (offline default smollm2)."),
         click.option("--steps", type=click.IntRange(min=1), default=None,
                      help="Override train.steps of every model (a smoke run; recorded in each checkpoint's config)."),
         click.option("--max-rows", type=click.IntRange(min=1), default=None,
                      help="Score only the first N validation rows and zero-shot documents (recorded)."),
-        click.option("--samples", type=click.IntRange(min=1), default=GENPPL["samples"], show_default=True,
-                     help="Gen-PPL and precision-audit samples per model and dtype."),
+        click.option("--samples", type=click.IntRange(min=1), default=default_samples, show_default=True,
+                     help="Gen-PPL (and, in the quickstart, precision-audit) samples per model and dtype."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -53,7 +55,7 @@ def _run_quickstart(out, force, judge, steps, max_rows, samples):
 
 
 @reproduce_group.command("quickstart")
-@_quickstart_options
+@_job_options("results/runs/quickstart", 8)
 def reproduce_quickstart_cmd(out, force, judge, steps, max_rows, samples):
     """Train ARM, MDLM, masked and Prime (ell=2, 4) on embedded Wikipedia text and digits; print ppl, genppl,
     zero-shot, idle, bound, precision and Gumbel tables; write tables.md and PNG plots."""
@@ -61,7 +63,7 @@ def reproduce_quickstart_cmd(out, force, judge, steps, max_rows, samples):
 
 
 @click.command("quickstart")
-@_quickstart_options
+@_job_options("results/runs/quickstart", 8)
 def quickstart_cmd(out, force, judge, steps, max_rows, samples):
     """The same as `primebench reproduce quickstart` (what `make quickstart` runs)."""
     _run_quickstart(out, force, judge, steps, max_rows, samples)
@@ -104,6 +106,21 @@ def reproduce_precision_cmd(out, force, train_steps, sampling_steps, samples, pa
     print_sections(precision_sections(result))
     console().log(f"reproduce precision finished in {(time.time() - t0) / 60:.1f} min; tables in "
                   f"{result.out / 'tables.md'}, plot {result.out / 'precision.png'}")
+
+
+@reproduce_group.command("small")
+@_job_options("results/runs/small", 32)
+def reproduce_small_cmd(out, force, judge, steps, max_rows, samples):
+    """The four families at the largest size this machine trains in about 90 minutes: perplexity (exact / valid
+    bound / paper objective), Gen PPL with entropy in float64, zero-shot, idle steps measured on the models."""
+    from harness.logging import console
+    from harness.reproduce.report import print_sections, small_sections
+    from harness.reproduce.small import run_small
+
+    t0 = time.time()
+    result = run_small(out, force=force, judge=judge, steps=steps, max_rows=max_rows, samples=samples)
+    print_sections(small_sections(result))
+    console().log(f"reproduce small finished in {(time.time() - t0) / 60:.1f} min; tables in {result.out / 'tables.md'}")
 
 
 def _paper_options(fn):

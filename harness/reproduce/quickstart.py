@@ -82,11 +82,9 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
     from harness.audit.idle_measure import idle_audit
     from harness.audit.precision import audit_checkpoint
     from harness.config import load_config
-    from harness.evaluation.genppl import run_genppl
     from harness.evaluation.ppl import run_ppl
     from harness.fid.evaluate import run_fid
     from harness.judges import check_judge_spec
-    from harness.lmeval import run_zeroshot
     from harness.logging import console, progress
     from harness.reproduce.report import write_report
     from harness.reproduce.stages import Stages
@@ -99,7 +97,6 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
     gen = dict(GENPPL, samples=samples)
     zeroshot = dict(ZEROSHOT, limit=ZEROSHOT["limit"] if max_rows is None else min(ZEROSHOT["limit"], max_rows))
     precision = dict(PRECISION, num_samples=samples, batch_size=min(PRECISION["batch_size"], samples))
-    judge_obj = None
     log = console().log
     with progress() as bar:
         stages = Stages(out, force=force, bar=bar, log=log)
@@ -107,8 +104,8 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
         for name, cfg in cfgs.items():
             stages.train(name, cfg)
 
-        def checkpoint(name: str) -> dict[str, Any]:  # what a record stage depends on besides its settings
-            return {"checkpoint": name, "train": cfgs[name].to_dict()}
+        def checkpoint(name: str) -> dict[str, Any]:
+            return checkpoint_config(name, cfgs[name])
 
         images = []
         for name in IMAGE_MODELS:
@@ -117,21 +114,8 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
             fid_kw = dict(FID, samples=min(FID["samples"], samples * 50))
             images.append(stages.record(f"fid-{name}", dict(checkpoint(name), **fid_kw),
                                         lambda: run_fid(out / name, **fid_kw)))
-        ppl = [stages.record(f"ppl-{name}", dict(checkpoint(name), **PPL, max_rows=max_rows),
-                             lambda: run_ppl(out / name, **PPL, max_rows=max_rows)) for name in MODELS]
-        genppl = []
-        for dtype in ("float32", "float64"):
-            for name in MODELS:
-                config = dict(checkpoint(name), **gen, dtype=dtype, judge=judge)
-                if judge_obj is None and (force or not stages.matches(f"genppl-{name}-{dtype}", config, "done")):
-                    from harness.judges import load_judge
-
-                    log(f"loading the judge {judge!r} (once)")
-                    judge_obj = load_judge(judge)
-                genppl.append(stages.record(f"genppl-{name}-{dtype}", config, lambda: run_genppl(
-                    out / name, dtype=dtype, judge_obj=judge_obj, **gen)[0]))
-        zs = [stages.record(f"zeroshot-{name}", dict(checkpoint(name), **zeroshot),
-                            lambda: run_zeroshot(out / name, **zeroshot)) for name in MODELS]
+        ppl, genppl, zs = text_stages(stages, cfgs, MODELS, ppl=dict(PPL, max_rows=max_rows), genppl=gen,
+                                      dtypes=("float32", "float64"), zeroshot=zeroshot, judge=judge)
         idle_paper = stages.record("idle-paper", IDLE_PAPER, lambda: idle_audit(**IDLE_PAPER).to_record())
         idle_here_kw = dict(length=cfgs["arm"].data.seq_len, steps=cfgs["arm"].data.seq_len, ells=[1, 2, 4], runs=3,
                             batch=gen["batch_size"])
@@ -150,5 +134,38 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
     return result
 
 
+def checkpoint_config(name: str, cfg) -> dict[str, Any]:
+    """What a record stage depends on besides its own settings: the checkpoint and its training config."""
+    return {"checkpoint": name, "train": cfg.to_dict()}
+
+
+def text_stages(stages, cfgs: dict[str, Any], models, *, ppl: dict[str, Any], genppl: dict[str, Any], dtypes,
+                zeroshot: dict[str, Any], judge: str):
+    """Perplexity, Gen PPL (per dtype, the judge loaded once and only when a stage needs it) and zero-shot
+    records of the text ``models`` trained under ``stages.out``: (ppl, genppl, zeroshot) lists."""
+    from harness.evaluation.genppl import run_genppl
+    from harness.evaluation.ppl import run_ppl
+    from harness.lmeval import run_zeroshot
+
+    out = stages.out
+    ppl_kw = {k: v for k, v in ppl.items()}
+    ppl_records = [stages.record(f"ppl-{name}", dict(checkpoint_config(name, cfgs[name]), **ppl_kw),
+                                 lambda: run_ppl(out / name, **ppl_kw)) for name in models]
+    judge_obj, gen_records = None, []
+    for dtype in dtypes:
+        for name in models:
+            config = dict(checkpoint_config(name, cfgs[name]), **genppl, dtype=dtype, judge=judge)
+            if judge_obj is None and not stages.matches(f"genppl-{name}-{dtype}", config):
+                from harness.judges import load_judge
+
+                stages.log(f"loading the judge {judge!r} (once)")
+                judge_obj = load_judge(judge)
+            gen_records.append(stages.record(f"genppl-{name}-{dtype}", config, lambda: run_genppl(
+                out / name, dtype=dtype, judge_obj=judge_obj, **genppl)[0]))
+    zs = [stages.record(f"zeroshot-{name}", dict(checkpoint_config(name, cfgs[name]), **zeroshot),
+                        lambda: run_zeroshot(out / name, **zeroshot)) for name in models]
+    return ppl_records, gen_records, zs
+
+
 __all__ = ["BOUND", "FID", "GENPPL", "GUMBEL", "IDLE_PAPER", "IMAGE_MODELS", "MODELS", "PPL", "PRECISION",
-           "QuickstartRecords", "ZEROSHOT", "run_quickstart", "stage_count"]
+           "QuickstartRecords", "ZEROSHOT", "checkpoint_config", "run_quickstart", "stage_count", "text_stages"]

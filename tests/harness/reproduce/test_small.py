@@ -1,0 +1,51 @@
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.reproduce.report import gap_table, idle_table
+from harness.views import render
+
+
+def _ppl(name, ell, bound, se_b, joint=None, se_j=None):
+    metrics = {"nll": {"value": bound, "stderr": se_b, "kind": "bound"}}
+    if joint is not None:
+        metrics["nll_token_joint"] = {"value": joint, "stderr": se_j, "kind": "paper-objective"}
+    return {"evaluation": "ppl", "model": {"name": name}, "metrics": metrics, "protocol": {"ell": ell}}
+
+
+def test_gap_table_states_objective_below_bound_with_a_conservative_stderr():
+    table = gap_table([_ppl("mdlm", None, 5.0, 0.1), _ppl("p2", 2, 5.2, 0.03, 5.0, 0.04)])
+    assert len(table.rows) == 1  # MDLM has no paper objective
+    gap = table.rows[0][4]
+    assert gap.value == pytest.approx(0.2) and gap.stderr == pytest.approx(0.05)
+    assert "conservative" in render(table, "md")
+
+
+def test_idle_table_measures_isr_from_nfe_of_cached_ancestral_samples():
+    rec = {"evaluation": "genppl", "model": {"name": "m"}, "metrics": {"nfe": {"value": 80.0, "stderr": 1.0}},
+           "protocol": {"sampler": "ancestral", "cache": True, "steps": 128, "seq_len": 128, "ell": 1}}
+    arm = {"evaluation": "genppl", "model": {"name": "a"}, "metrics": {"nfe": {"value": 127.0}},
+           "protocol": {"sampler": "autoregressive", "cache": False, "steps": None, "seq_len": 128}}
+    table = idle_table([rec, arm])
+    assert len(table.rows) == 1
+    row = table.rows[0]
+    assert row[4].value == pytest.approx(37.5) and row[5].value == pytest.approx(100 * (1 - 1 / 128) ** 128)
+
+
+def test_small_configs_share_backbone_tokenizer_and_budget():
+    from harness.config import load_config
+
+    cfgs = [load_config(f"small/{m}") for m in ("arm", "mdlm", "masked", "prime2", "prime4")]
+    assert len({(c.model.d_model, c.model.n_layers, c.data.tokenizer, c.data.seq_len, c.train.steps, c.train.batch_size)
+                for c in cfgs}) == 1
+    assert [getattr(c.model, "ell", None) for c in cfgs][3:] == [2, 4]
+
+
+@pytest.mark.slow
+def test_small_smoke_run(trained, tmp_path):
+    out = tmp_path / "small"
+    res = CliRunner().invoke(main, ["reproduce", "small", "--out", str(out), "--steps", "1", "--max-rows", "2",
+                                    "--samples", "2", "--judge", f"arm:{trained('arm')}"])
+    assert res.exit_code == 0, res.output
+    assert "paper objective against the valid bound" in (out / "tables.md").read_text()
+    assert len(list((out / "records").glob("*.json"))) == 5 * 3
