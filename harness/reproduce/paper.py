@@ -195,7 +195,8 @@ def plan(preset: str, *, checkpoints: dict[str, str] | None = None, out: str = "
                                   flops=train_flops(CIFAR_MODEL, 200_000, 128)))
             src = f"{root}/model"
         steps_out.append(Step("eval fid: 50,000 samples, Inception features, CIFAR-10 train reference",
-                              ("eval", "fid", src, "--paper-protocol", "--out", f"{root}/records"),
+                              ("eval", "fid", src, "--paper-protocol", "--reference", "cifar10:cifar-10-batches-py",
+                               "--out", f"{root}/records"),
                               flops=50_000 * 512 * fwd_img * 3072))
     if checkpoints:
         raise PrimebenchError(f"preset {preset!r} takes no checkpoint for {', '.join(sorted(checkpoints))}",

@@ -75,3 +75,11 @@ def test_openwebtext_corpus_is_refused_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(OfflineError, match="needs the network"):
         get_corpus("openwebtext")
+
+
+@pytest.mark.parametrize("preset", ["owt", "zeroshot", "genppl", "precision", "cifar10-fid"])
+def test_every_planned_command_parses(preset):
+    """Each step's argv is a real primebench command line: click parses it (then --help stops it)."""
+    for step in plan(preset, checkpoints={"mdlm": "mdlm-ckpt:x.ckpt"} if preset in ("genppl", "precision") else None):
+        res = CliRunner().invoke(main, list(step.argv) + ["--help"])
+        assert res.exit_code == 0, (step.argv, res.output)
