@@ -240,6 +240,7 @@ def plot_precision_comparison(result, path: Path) -> Path:
     """Entropy per sample against T (log x), one panel per model: the joint draw per dtype (solid),
     the two-stage control (dashed) and the context-free prediction (dotted), with error bars."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
     models = sorted({k.rsplit("-", 1)[0] if k.endswith("-joint") else None for k in result.audits} - {None})
     fig = Figure(figsize=(6.0 * len(models), 4.2))
@@ -260,6 +261,9 @@ def plot_precision_comparison(result, path: Path) -> Path:
                             yerr=[m.get("stderr") or 0.0 for _, m in pts], linestyle=line, marker=marker, capsize=3,
                             color=colors[dtype], label=f"{label} {dtype}")
         ax.set_xscale("log")
+        ticks = sorted({T for rows in series.values() for (T, _) in rows})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("sampling steps T")
         ax.set_ylabel("unigram entropy per sample (nats)")
         ax.set_title(str(result.audits[f"{model}-joint"]["model"].get("name")))
