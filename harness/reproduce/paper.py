@@ -155,7 +155,8 @@ def plan(preset: str, *, checkpoints: dict[str, str] | None = None, out: str = "
             if preset == "owt":
                 valid_tokens = 100_000 * 1_000  # ~1k GPT-2 tokens per OWT document
                 steps_out.append(Step(f"eval ppl {name} on the OWT validation split (last 100k documents), both estimators",
-                                      ("eval", "ppl", path, "--estimator", "both", "--batch-size", "16", "--out",
+                                      ("eval", "ppl", path, "--data", "openwebtext:validation", "--estimator", "both",
+                                       "--batch-size", "16", "--out",
                                        f"{root}/records"), flops=fwd * valid_tokens))
             else:
                 for ds in ZEROSHOT_SETS:
