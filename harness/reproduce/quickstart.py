@@ -161,7 +161,7 @@ def text_stages(stages, cfgs: dict[str, Any], models, *, ppl: dict[str, Any], ge
                 stages.log(f"loading the judge {judge!r} (once)")
                 judge_obj = load_judge(judge)
             gen_records.append(stages.record(f"genppl-{name}-{dtype}", config, lambda: run_genppl(
-                out / name, dtype=dtype, judge_obj=judge_obj, **genppl)[0]))
+                out / name, dtype=dtype, judge=judge, judge_obj=judge_obj, **genppl)[0]))
     zs = [stages.record(f"zeroshot-{name}", dict(checkpoint_config(name, cfgs[name]), **zeroshot),
                         lambda: run_zeroshot(out / name, **zeroshot)) for name in models]
     return ppl_records, gen_records, zs
