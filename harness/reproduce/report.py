@@ -86,7 +86,7 @@ def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Pa
     objective beside it (hatched, labelled not a bound), with one-standard-error bars."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.0, 0.6 * max(3, len(records)) + 1.2))
+    fig = Figure(figsize=(7.0, 0.6 * max(3, len(records)) + 1.8))
     ax = fig.add_subplot(1, 1, 1)
     labels, y = [], 0.0
     shown = set()
@@ -109,7 +109,7 @@ def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Pa
     ax.set_yticks([p for p, _ in labels], [n for _, n in labels])
     ax.set_xlabel("nats per token (lower is better; ± one standard error)")
     ax.set_title(title)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
     return _save(fig, path)
 
 
