@@ -58,22 +58,27 @@ def all_masked_marginal(model, device: str = "cpu"):
     return log_p.exp().mean(0)
 
 
-def predict(model, *, family: str, steps: list[int], dtypes: list[str], seq_len: int, mc_samples: int,
+def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samples: int,
             seed: int) -> dict[str, Any]:
     """A ``precision-prediction`` record: per (T, dtype) the law's entropy and the expected per-sample
-    entropy of ``seq_len`` tokens drawn from it (Monte Carlo over ``mc_samples`` samples)."""
+    entropy of ``seq_len`` tokens drawn from it (Monte Carlo over ``mc_samples`` samples). A model
+    sampled in sub-tokens (Prime) draws its token over C classes with no stay mass, so its law is the
+    grid law of the marginal at every T; the others follow MDLM's joint draw over C + 1 outcomes."""
     import torch
 
     from harness.audit.gumbel import entropy, grid_gumbel_probs, mdlm_joint_draw_law
     from harness.metrics.entropy import MeanEntropy
     from harness.records import Metric, make_record
 
+    from harness.sampling.units import UnitModel
+
     p = all_masked_marginal(model)
+    subtokens = UnitModel(model).subtokens
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for T in steps:
         for dtype in dtypes:
-            if family == "prime":
+            if subtokens:
                 law = grid_gumbel_probs(p, dtype)  # x_hat over C classes, no stay mass: the same at every T
             else:
                 law = mdlm_joint_draw_law(p, steps=T, dtype=dtype)
@@ -90,7 +95,7 @@ def predict(model, *, family: str, steps: list[int], dtypes: list[str], seq_len:
         "prediction": "context-free: the denoiser's all-masked output averaged over positions, drawn with the "
                       "exact law of the categorical draw in each dtype",
         "law": ("grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
-                "over the T steps (mdlm_joint_draw_law)") if family != "prime" else
+                "over the T steps (mdlm_joint_draw_law)") if not subtokens else
                "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)",
         "marginal_entropy": float(entropy(p)),
         "mc_samples": mc_samples, "seq_len": seq_len, "seed": seed, "steps": list(steps), "dtypes": list(dtypes),
@@ -136,7 +141,7 @@ def run_precision(out: Path, *, force: bool = False, steps: int | None = None, a
 
             def make_prediction():
                 _, model, _, _ = load_for_evaluation(out / name, "cpu")
-                record = predict(model, family=cfg.model.family, seq_len=cfg.data.seq_len, **pred_kw)
+                record = predict(model, seq_len=cfg.data.seq_len, **pred_kw)
                 record["model"] = audits[f"{name}-joint"]["model"]
                 return record
 

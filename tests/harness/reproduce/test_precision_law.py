@@ -58,7 +58,7 @@ def test_prediction_record_and_table_from_a_trained_model(trained, tmp_path):
     _, model, _, cfg = load_for_evaluation(ckpt, "cpu")
     p = all_masked_marginal(model)
     assert p.dtype == torch.float64 and float(p.sum()) == pytest.approx(1.0)
-    record = predict(model, family="mdlm", steps=[2, 8], dtypes=["float32", "float64"], seq_len=cfg.data.seq_len,
+    record = predict(model, steps=[2, 8], dtypes=["float32", "float64"], seq_len=cfg.data.seq_len,
                      mc_samples=50, seed=0)
     assert [(r["steps"], r["dtype"]) for r in record["rows"]] == [(2, "float32"), (2, "float64"), (8, "float32"),
                                                                  (8, "float64")]
