@@ -148,9 +148,8 @@ def text_stages(stages, cfgs: dict[str, Any], models, *, ppl: dict[str, Any], ge
     from harness.lmeval import run_zeroshot
 
     out = stages.out
-    ppl_kw = {k: v for k, v in ppl.items()}
-    ppl_records = [stages.record(f"ppl-{name}", dict(checkpoint_config(name, cfgs[name]), **ppl_kw),
-                                 lambda: run_ppl(out / name, **ppl_kw)) for name in models]
+    ppl_records = [stages.record(f"ppl-{name}", dict(checkpoint_config(name, cfgs[name]), **ppl),
+                                 lambda: run_ppl(out / name, **ppl)) for name in models]
     judge_obj, gen_records = None, []
     for dtype in dtypes:
         for name in models:

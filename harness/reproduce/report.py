@@ -242,7 +242,7 @@ def plot_precision_comparison(result, path: Path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
-    models = sorted({k.rsplit("-", 1)[0] if k.endswith("-joint") else None for k in result.audits} - {None})
+    models = _precision_models(result)
     fig = Figure(figsize=(6.0 * len(models), 4.2))
     styles = {"joint": ("-", "o", "joint draw"), "two-stage": ("--", "s", "two-stage"), "predicted": (":", "^", "predicted")}
     for i, model in enumerate(models):
@@ -271,8 +271,13 @@ def plot_precision_comparison(result, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _precision_models(result) -> list[str]:
+    """The models of a precision run (audit keys are MODEL-joint and MODEL-two-stage)."""
+    return sorted(k.removesuffix("-joint") for k in result.audits if k.endswith("-joint"))
+
+
 def precision_sections(result) -> list[Section]:
-    models = sorted({k.rsplit("-", 1)[0] for k in result.audits if k.endswith("-joint")})
+    models = _precision_models(result)
     return [Section(f"{m}: float32 vs float64 over steps", [result.audits[f"{m}-joint"]], table=precision_table(result, m))
             for m in models]
 
