@@ -8,7 +8,11 @@ with a Gen PPL that improves for the wrong reason. In float64 the entropy stays 
 
 The audit runs the *same* sampler with the *same* seed in each dtype, for each number of steps,
 and reports the mean per-sample unigram entropy (model token ids; nats or bits) with its standard
-error, the mean NFE, idle steps and wall time per sample. Token-by-token samplers (first-hitting
+error, the mean NFE, idle steps and wall time per sample. For the masked families it also reports
+the mean *marginal surprisal* of the sampled tokens, -log p(x) under the model's own context-free
+marginal (the denoiser's output on the all-masked sequence, averaged over positions): a statistic
+of the whole token distribution, not capped at log L like the per-sample entropy, so a float32 draw
+that starves rare tokens shows as a lower surprisal even in short samples. Token-by-token samplers (first-hitting
 for the diffusion families, autoregressive for the ARM) are the controls: one unit per draw, so
 the truncation barely matters for them (Zheng et al. Sec. 5.3) and their entropy is a reference
 line. The result is a :class:`PrecisionAudit` of rows, a JSON record and a plot;
@@ -17,6 +21,7 @@ line. The result is a :class:`PrecisionAudit` of rows, a JSON record and a plot;
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,6 +57,8 @@ class PrecisionRow:
     num_samples: int
     gen_ppl: float | None = None
     gen_ppl_stderr: float | None = None
+    surprisal: float | None = None
+    surprisal_stderr: float | None = None
 
 
 @dataclass(frozen=True)
@@ -81,9 +88,39 @@ def _check_steps(steps: Sequence[int]) -> tuple[int, ...]:
     return out
 
 
+def all_masked_marginal(model) -> torch.Tensor:
+    """The denoiser's token distribution on the all-masked sequence at t = 1, averaged over positions
+    (float64, (C,), renormalised): a masked-diffusion model's context-free marginal, the law of its first
+    revealed token."""
+    from harness.sampling.units import UnitModel
+
+    units = UnitModel(model)
+    with torch.no_grad():
+        y = units.initial_state(1, None)
+        log_p = units.log_probs(y, 1.0)[0].to(torch.float64)  # (L, C)
+    p = log_p.exp().mean(0)
+    return p / p.sum()  # the network's float32 softmax sums to 1 only within its rounding
+
+
+def marginal_surprisal(tokens: torch.Tensor, log_marginal: torch.Tensor, *, base: str | int = "e") -> tuple[float, float]:
+    """Mean over samples of each sample's mean -log p(x) under ``log_marginal`` ((C,), natural log),
+    in the units of ``base``, with its standard error over samples (NaN for one sample)."""
+    if tokens.dim() != 2 or tokens.shape[0] == 0:
+        raise PrimebenchError(f"marginal_surprisal takes samples (B, L), got shape {tuple(tokens.shape)}")
+    per_sample = -log_marginal.to(torch.float64)[tokens.long().cpu()].mean(1) / _nats_per_unit(base)
+    n = per_sample.numel()
+    se = float(per_sample.std(unbiased=True)) / math.sqrt(n) if n > 1 else float("nan")
+    return float(per_sample.mean()), se
+
+
+def _nats_per_unit(base: str | int) -> float:
+    return 1.0 if base == "e" else math.log(float(base))
+
+
 def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num_samples: int, batch_size: int,
          seed: int, entropy_base, control: bool, bos_id: int | None, judge=None,
-         tokenizer=None, draw: str = "joint") -> tuple[PrecisionRow, dict[str, Any]]:
+         tokenizer=None, draw: str = "joint", log_marginal: torch.Tensor | None = None,
+         ) -> tuple[PrecisionRow, dict[str, Any]]:
     out = generate(model, sampler, num_samples=num_samples, batch_size=batch_size, steps=steps, dtype=dtype,
                    method=method, generator=torch.Generator(device=model.device).manual_seed(seed), draw=draw,
                    bos_id=bos_id if sampler == "autoregressive" else None)
@@ -98,10 +135,13 @@ def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num
         texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
         res = score_texts(judge, texts, max_length=min(judge.context, model.seq_len), batch_size=batch_size)[0].compute()
         gen_ppl, gen_ppl_se = res.gen_ppl, res.stderr
+    surprisal = surprisal_se = None
+    if log_marginal is not None:
+        surprisal, surprisal_se = marginal_surprisal(out.tokens, log_marginal, base=entropy_base)
     row = PrecisionRow(sampler=sampler, control=control, steps=steps, dtype=dtype, entropy=ent.mean,
                        entropy_stderr=ent.stderr, units=ent.units, nfe=summary["nfe"],
                        idle_steps=summary["idle_steps"], wall_s=summary["wall_s"], num_samples=out.num_samples,
-                       gen_ppl=gen_ppl, gen_ppl_stderr=gen_ppl_se)
+                       gen_ppl=gen_ppl, gen_ppl_stderr=gen_ppl_se, surprisal=surprisal, surprisal_stderr=surprisal_se)
     return row, out.protocol
 
 
@@ -153,8 +193,10 @@ def precision_audit(
 
     rows: list[PrecisionRow] = []
     protocols: dict[str, dict[str, Any]] = {}
+    marginal = all_masked_marginal(model) if spec.uses_steps else None  # the masked families
     common = dict(method=method, num_samples=num_samples, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
-                  bos_id=bos_id, judge=judge, tokenizer=tokenizer, draw=draw)
+                  bos_id=bos_id, judge=judge, tokenizer=tokenizer, draw=draw,
+                  log_marginal=None if marginal is None else marginal.log())
     for T in grid:
         for dtype in names:
             log(f"{main} steps={T if T is not None else 'per unit'} dtype={dtype}")
@@ -183,6 +225,10 @@ def precision_audit(
         "seeding": "every run starts from torch.Generator(device).manual_seed(seed)",
         "entropy": {"units": units_of(entropy_base), "ids": "model token ids", "per": "sample, then mean",
                     "ignore_ids": []},
+        "surprisal": None if marginal is None else {
+            "units": f"{units_of(entropy_base)} per token", "per": "sample (mean over its L tokens), then mean",
+            "marginal": "the denoiser's output on the all-masked sequence at t = 1, averaged over positions",
+            "marginal_entropy": float(-torch.special.xlogy(marginal, marginal).sum()) / _nats_per_unit(entropy_base)},
         "draw": draw if spec.name == "ancestral" else None,
         "judge": None if judge is None else judge.spec,
         "sampler_protocol": shared,
@@ -210,6 +256,10 @@ def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: floa
             "nfe": Metric(r.nfe, None, "estimate", "denoiser calls per sample"),
             "idle_steps": Metric(r.idle_steps, None, "estimate", "idle steps per sample"),
         }
+        if r.surprisal is not None:
+            metrics["surprisal"] = Metric(r.surprisal, None if r.surprisal_stderr != r.surprisal_stderr
+                                          else r.surprisal_stderr, "estimate",
+                                          f"{r.units} per token, -log p(x) under the model's all-masked marginal")
         if r.gen_ppl is not None:
             metrics["gen_ppl"] = Metric(r.gen_ppl, r.gen_ppl_stderr, "estimate", f"perplexity under {audit.protocol.get('judge')}")
         items.append({"metrics": {k: v.to_dict() for k, v in metrics.items()},
@@ -233,7 +283,9 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
     from matplotlib.ticker import NullFormatter
 
     judged = any(r.gen_ppl is not None for r in audit.rows)
-    panels = [("entropy", "entropy_stderr")] + ([("gen_ppl", "gen_ppl_stderr")] if judged else [])
+    panels = [("entropy", "entropy_stderr")]
+    panels += [("surprisal", "surprisal_stderr")] if any(r.surprisal is not None for r in audit.rows) else []
+    panels += [("gen_ppl", "gen_ppl_stderr")] if judged else []
     fig = Figure(figsize=(6.0 * len(panels), 4.0))
     main = audit.main_rows()
     units = main[0].units if main else "nats"
@@ -267,6 +319,8 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
         ax.set_xlabel("sampling steps T")
         if field == "entropy":
             ax.set_ylabel(f"unigram entropy per sample ({units})")
+        elif field == "surprisal":
+            ax.set_ylabel(f"-log p(x) under the all-masked marginal ({units}/token)")
         else:
             ax.set_ylabel(f"Gen PPL ({audit.protocol.get('judge')})")
             ax.set_yscale("log")
@@ -301,7 +355,8 @@ def audit_from_record(rec: dict[str, Any]) -> PrecisionAudit:
             dtype=p["dtype"], entropy=value("entropy"), entropy_stderr=value("entropy", "stderr"), units=units,
             nfe=value("nfe"), idle_steps=value("idle_steps"), wall_s=item.get("wall_s_per_sample"),
             num_samples=p["num_samples"], gen_ppl=value("gen_ppl"),
-            gen_ppl_stderr=None if m.get("gen_ppl") is None else m["gen_ppl"].get("stderr")))
+            gen_ppl_stderr=None if m.get("gen_ppl") is None else m["gen_ppl"].get("stderr"),
+            surprisal=value("surprisal"), surprisal_stderr=None if m.get("surprisal") is None else m["surprisal"].get("stderr")))
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)
 
 
@@ -349,5 +404,5 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
     return PrecisionRun(audit, record(audit, checkpoint=checkpoint, wall_s=wall, cfg=cfg))
 
 
-__all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "PrecisionRun", "audit_checkpoint",
-           "audit_from_record", "plot", "plot_record", "precision_audit", "record"]
+__all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "PrecisionRun", "all_masked_marginal",
+           "audit_checkpoint", "audit_from_record", "marginal_surprisal", "plot", "plot_record", "precision_audit", "record"]

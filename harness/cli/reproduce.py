@@ -76,7 +76,7 @@ def quickstart_cmd(out, force, judge, steps, max_rows, samples):
 @click.option("--steps", "train_steps", type=click.IntRange(min=1), default=None,
               help="Override train.steps of both models (a smoke run; recorded).")
 @click.option("--sampling-steps", default=None, help="Sweep of T, comma-separated [default: 16,64,256].")
-@click.option("--samples", type=click.IntRange(min=1), default=None, help="Samples per run [default: 8].")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Samples per run of each model [default: 16 for MDLM, 8 for Prime].")
 @click.option("--paper", is_flag=True, help="The paper-scale preset instead: an imported MDLM-OWT checkpoint, L = 1024, "
                                             "T = 100 to 10,000, float32 vs float64 (with --dry-run, --checkpoint mdlm=SRC, "
                                             "--nproc, --tflops).")

@@ -92,6 +92,36 @@ def test_precision_audit_rows_and_seeding():
     assert bits.rows[0].entropy == pytest.approx(audit.rows[0].entropy / math.log(2), rel=1e-12)
 
 
+def test_marginal_surprisal_known_values_and_audit_rows():
+    from harness.audit.precision import all_masked_marginal, audit_from_record, marginal_surprisal
+
+    log_p = torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64).log()
+    tokens = torch.tensor([[0, 0, 1, 2], [1, 1, 2, 2]])
+    mean, se = marginal_surprisal(tokens, log_p)
+    per = torch.tensor([(2 * math.log(2) + 2 * math.log(4)) / 4, math.log(4)], dtype=torch.float64)
+    assert mean == pytest.approx(float(per.mean()), rel=1e-14)
+    assert se == pytest.approx(float(per.std()) / math.sqrt(2), rel=1e-12)
+    assert marginal_surprisal(tokens, log_p, base=2)[0] == pytest.approx(mean / math.log(2), rel=1e-14)
+    assert math.isnan(marginal_surprisal(tokens[:1], log_p)[1])
+    with pytest.raises(PrimebenchError, match="samples"):
+        marginal_surprisal(tokens[0], log_p)
+
+    model = tiny("mdlm", C=11, L=8)
+    p = all_masked_marginal(model)
+    assert p.shape == (11,) and float(p.sum()) == pytest.approx(1.0, abs=1e-12) and bool((p > 0).all())
+    audit = precision_audit(model, steps=(2,), num_samples=3, batch_size=3, seed=1)
+    assert all(r.surprisal is not None and r.surprisal > 0 and r.surprisal_stderr >= 0 for r in audit.rows)
+    entropy = audit.protocol["surprisal"]["marginal_entropy"]
+    assert entropy == pytest.approx(float(-(p * p.log()).sum()), rel=1e-12)
+    rec = json.loads(json.dumps(record(audit, checkpoint=None)))
+    assert rec["rows"][0]["metrics"]["surprisal"]["kind"] == "estimate"
+    assert [r.surprisal for r in audit_from_record(rec).rows] == pytest.approx([r.surprisal for r in audit.rows])
+    prime = precision_audit(tiny("prime", C=9, L=4, ell=2), steps=(2,), num_samples=2, batch_size=2, controls=False)
+    assert all(r.surprisal is not None for r in prime.rows)
+    arm = precision_audit(tiny("arm", C=9, L=6), steps=(4,), num_samples=2, bos_id=8)
+    assert all(r.surprisal is None for r in arm.rows) and arm.protocol["surprisal"] is None
+
+
 def test_precision_audit_arm_and_errors():
     arm = tiny("arm", C=9, L=6)
     audit = precision_audit(arm, steps=(4,), num_samples=2, bos_id=8)

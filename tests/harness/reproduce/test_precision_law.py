@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,8 +51,9 @@ def test_prediction_record_and_table_from_a_trained_model(trained, tmp_path):
     """predict() on a tiny MDLM: rows per (T, dtype), exact law entropies, and the comparison table."""
     from harness.audit.precision import audit_checkpoint, audit_from_record
     from harness.evaluation import load_for_evaluation
-    from harness.reproduce.precision import PrecisionRecords, all_masked_marginal, predict
-    from harness.reproduce.report import plot_precision_comparison, precision_table
+    from harness.audit.precision import all_masked_marginal
+    from harness.reproduce.precision import PrecisionRecords, predict
+    from harness.reproduce.report import drop_table, plot_precision_comparison, precision_table
     from harness.views import render
 
     ckpt = trained("mdlm")
@@ -62,7 +64,7 @@ def test_prediction_record_and_table_from_a_trained_model(trained, tmp_path):
                      mc_samples=50, seed=0)
     assert [(r["steps"], r["dtype"]) for r in record["rows"]] == [(2, "float32"), (2, "float64"), (8, "float32"),
                                                                  (8, "float64")]
-    assert all(r["metrics"]["law_entropy"]["kind"] == "exact" for r in record["rows"])
+    assert all(r["metrics"][k]["kind"] == "estimate" for r in record["rows"] for k in ("law_entropy", "surprisal"))
     assert math.isfinite(record["rows"][0]["metrics"]["entropy"]["value"])
     audits = {f"m-{draw}": audit_checkpoint(ckpt, steps=[2, 8], num_samples=2, dtypes=["float32", "float64"],
                                             method="mdlm-legacy", sampler=None, controls=draw == "joint", batch_size=2,
@@ -72,4 +74,59 @@ def test_prediction_record_and_table_from_a_trained_model(trained, tmp_path):
     result = PrecisionRecords(out=tmp_path, audits=audits, predictions={"m": record})
     md = render(precision_table(result, "m"), "md")
     assert "joint draw, measured" in md and "predicted, context-free" in md and "| 8 | float32 |" in md
+    surprisal = render(precision_table(result, "m", "surprisal"), "md")
+    assert "marginal surprisal" in surprisal and "predicted law entropy" not in surprisal
+    drops = render(drop_table(result, "m"), "md")
+    assert "| 8 | surprisal |" in drops and "| 2 | entropy |" in drops
     assert plot_precision_comparison(result, tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_drop_table_known_values():
+    """fp64 - fp32 per (T, statistic), the unpaired standard error, and the number of standard errors."""
+    from harness.reproduce.precision import PrecisionRecords
+    from harness.reproduce.report import drop_table
+    from harness.views import render
+
+    def m(value, se):
+        return {"value": value, "stderr": se, "kind": "estimate", "units": "nats"}
+
+    def audit(values):
+        return {"model": {"name": "toy"}, "protocol": {}, "rows": [
+            {"protocol": {"steps": 4, "dtype": d, "control": False},
+             "metrics": {"entropy": m(e, 0.3), "surprisal": m(s, 0.4)}} for d, (e, s) in values.items()]}
+
+    result = PrecisionRecords(out=Path("."), audits={
+        "x-joint": audit({"float64": (4.0, 8.0), "float32": (3.0, 6.0)}),
+        "x-two-stage": audit({"float64": (4.0, 8.0), "float32": (4.0, 8.0)})}, predictions={"x": {"rows": [
+            {"steps": 4, "dtype": "float64", "metrics": {"surprisal": m(8.5, None)}},
+            {"steps": 4, "dtype": "float32", "metrics": {"surprisal": m(8.0, None)}}]}})
+    table = drop_table(result, "x")
+    (entropy, surprisal) = table.rows
+    assert entropy[2].value == pytest.approx(1.0) and entropy[2].stderr == pytest.approx(0.3 * 2 ** 0.5)
+    assert entropy[3].text == f"{1.0 / (0.3 * 2 ** 0.5):.1f}" and entropy[5].value is None
+    assert surprisal[2].value == pytest.approx(2.0) and surprisal[3].text == f"{2.0 / (0.4 * 2 ** 0.5):.1f}"
+    assert surprisal[4].value == pytest.approx(0.0) and surprisal[5].value == pytest.approx(0.5)
+    assert "fp64 - fp32" in render(table, "md")
+
+
+@pytest.mark.slow
+def test_reproduce_precision_smoke_run(tmp_path):
+    """The whole job with one training step, T = 2 and 2 samples: records, the drop table, both statistics,
+    and a second run that skips every stage."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    out = tmp_path / "precision"
+    args = ["reproduce", "precision", "--out", str(out), "--steps", "1", "--sampling-steps", "2", "--samples", "2"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    text = (out / "tables.md").read_text()
+    assert "the float32 drop" in text and "marginal surprisal" in text and "| 2 | surprisal |" in text
+    assert sorted(p.stem for p in (out / "records").glob("*.json")) == [
+        "precision-mdlm-joint", "precision-mdlm-two-stage", "precision-prime-joint", "precision-prime-two-stage",
+        "prediction-mdlm", "prediction-prime"]
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")} == before
