@@ -160,7 +160,12 @@ def _run_paper(preset, dry_run, checkpoints, nproc, tflops, gpu, samples, sampli
                  steps=None if sampling_steps is None else int_list(sampling_steps))
     click.echo(describe(preset, steps, nproc=nproc, tflops=tflops, gpu=gpu))
     if not dry_run:
+        from harness.reproduce.report import write_preset_report
+
         run_plan(steps, nproc=nproc, log=console().log)
+        path = write_preset_report(preset, Path(out) / f"paper-{preset}")
+        click.echo(path.read_text())
+        console().log(f"table (ours beside the published numbers) in {path}")
 
 
 def _paper_command(preset: str, summary: str):

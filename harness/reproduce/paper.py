@@ -165,11 +165,12 @@ def plan(preset: str, *, checkpoints: dict[str, str] | None = None, out: str = "
     elif preset == "genppl":
         src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
         n = samples or 64
-        for T in steps or [64, 256, 1024]:
-            steps_out.append(Step(f"eval genppl {src}: {n} samples of L = 1024, T = {T}, float64, GPT-2 Large judge",
+        for T in steps or [64, 256, 1024]:  # DUO and Zheng et al. sample MDLM without nucleus filtering (p = 1)
+            steps_out.append(Step(f"eval genppl {src}: {n} samples of L = 1024, T = {T}, float64, no nucleus "
+                                  "filtering, GPT-2 Large judge",
                                   ("eval", "genppl", src, "--judge", "hf:gpt2-large", "--dtype", "float64", "--steps",
                                    str(T), "--samples", str(n), "--draw", "joint", "--method", "mdlm-legacy",
-                                   "--out", f"{root}/records"),
+                                   "--nucleus", "1.0", "--out", f"{root}/records"),
                                   flops=n * (T * fwd * L + 2 * 774e6 * L)))
     elif preset == "precision":
         src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"

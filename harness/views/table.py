@@ -31,6 +31,7 @@ class Cell:
     text: str | None = None
     decimals: int = 4
     flags: tuple[str, ...] = ()
+    quoted: bool = False  # a number quoted from a paper: printed without a standard error
 
     @property
     def numeric(self) -> bool:
@@ -109,7 +110,9 @@ def _cell_text(cell: Cell, style: str) -> str:
         out = sym["estimate"] + out
     elif cell.kind == "paper-objective":
         out = out + sym["paper-objective"]
-    if cell.stderr is None:
+    if cell.quoted:
+        pass
+    elif cell.stderr is None:
         out += f" {sym['pm']} n/a"
     elif not (cell.stderr == 0 and cell.kind == "exact"):
         out += f" {sym['pm']} {_number(cell.stderr, cell.decimals)}"

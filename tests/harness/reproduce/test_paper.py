@@ -83,3 +83,58 @@ def test_every_planned_command_parses(preset):
     for step in plan(preset, checkpoints={"mdlm": "mdlm-ckpt:x.ckpt"} if preset in ("genppl", "precision") else None):
         res = CliRunner().invoke(main, list(step.argv) + ["--help"])
         assert res.exit_code == 0, (step.argv, res.output)
+
+
+def _rec(evaluation, name, metrics, **protocol):
+    return {"evaluation": evaluation, "model": {"name": name}, "protocol": protocol,
+            "metrics": {k: {"value": v, "stderr": se, "kind": kind} for k, (v, se, kind) in metrics.items()}}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_tables_put_every_published_number_beside_ours(preset):
+    from harness.reproduce.report import published_table
+    from harness.views import render
+
+    table = published_table(preset, [])
+    assert [r[1].text for r in table.rows] == ["published"] * len(PRESETS[preset].published)
+    md = render(table, "md")
+    assert "published" in md and PRESETS[preset].reproduces in md
+
+
+def test_owt_and_zeroshot_tables_mark_ours_and_the_papers_kinds(tmp_path):
+    import json
+
+    from harness.reproduce.report import published_table, write_preset_report
+    from harness.views import render
+
+    records = [_rec("ppl", "arm", {"ppl": (18.1, 0.2, "exact")}, dataset="openwebtext"),
+               _rec("ppl", "prime4", {"ppl": (16.0, 0.1, "bound"), "ppl_token_joint": (15.0, 0.1, "paper-objective")},
+                    dataset="openwebtext")]
+    table = published_table("owt", records)
+    ours = [r for r in table.rows if r[1].text == "ours"]
+    assert [(r[0].text, r[2].value, r[2].kind, r[3].value) for r in ours] == [
+        ("arm", 18.1, "exact", None), ("prime4", 16.0, "bound", 15.0)]
+    prime = next(r for r in table.rows if r[0].text == "MDM-Prime ell=4")
+    assert prime[2].value is None and prime[3].value == 15.62 and prime[3].kind == "paper-objective"
+    md = render(table, "md")
+    assert "<=16.00 ± 0.10" in md and "| 15.62† |" in md and "| 17.54 |" in md
+    zs = published_table("zeroshot", [_rec("ppl", "mdlm", {"ppl": (40.0, 1.0, "bound")}, dataset="ptb")])
+    mine = next(r for r in zs.rows if r[1].text == "ours")
+    assert mine[0].text == "mdlm" and mine[2 + 2].value == 40.0 and mine[2].value is None  # ptb is the third set
+    folder = tmp_path / "paper-owt" / "records"
+    folder.mkdir(parents=True)
+    for i, r in enumerate(records):
+        (folder / f"r{i}.json").write_text(json.dumps(dict(r, schema="primebench-record/1", provenance={})))
+    text = write_preset_report("owt", tmp_path / "paper-owt").read_text()
+    assert "| prime4 | ours |" in text and "| ARM | published |" in text
+
+
+def test_a_preset_run_ends_with_its_table(tmp_path, monkeypatch):
+    """After the plan's commands (stubbed here: they need a GPU and the hub), the preset writes and prints
+    ROOT/tables.md with the published numbers beside whatever records the run left."""
+    ran = []
+    monkeypatch.setattr("harness.reproduce.paper.run_plan", lambda steps, **kw: ran.append(len(steps)))
+    res = CliRunner().invoke(main, ["reproduce", "cifar10-fid", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert ran and "| MDM-Prime (NFE 512) | published | 3.26 | 9.67 |" in (tmp_path / "paper-cifar10-fid" / "tables.md").read_text()
+    assert "published" in res.output
