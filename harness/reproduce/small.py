@@ -1,5 +1,6 @@
-"""``primebench reproduce small``: the four families compared at CPU scale (27 minutes measured on a 2-core
-CPU, sized from an estimate of 90), with the valid bound and the paper objective side by side.
+"""``primebench reproduce small``: the four families compared at CPU scale (sized to finish in about 90
+minutes on a 2-core CPU; the measured wall time is in results/small/README.md), with the valid bound
+and the paper objective side by side.
 
 ARM, MDLM, the masked model and MDM-Prime (ell = 2, 4) with the ``small/`` configs (one backbone,
 tokenizer, data and token budget), then: perplexity with both estimators and K Monte-Carlo samples
