@@ -16,6 +16,29 @@ def int_list(value: str, *, example: str = "64,256,1024", minimum: int = 1) -> l
     return out
 
 
+def per_name_ints(value: str, names, *, example: str = "mdlm=48,prime=8") -> dict[str, int]:
+    """"N" -> {name: N for every name}; "a=N,b=M" -> {a: N, b: M} for those names only. Every N is an
+    integer >= 1 and every name one of ``names``, else click.BadParameter."""
+    names = tuple(names)
+    pairs = [item.strip() for item in value.split(",") if item.strip()]
+    if len(pairs) == 1 and "=" not in pairs[0]:
+        if not pairs[0].isdigit() or int(pairs[0]) < 1:
+            raise click.BadParameter(f"{value!r}: N must be an integer >= 1 (e.g. 16, or {example})")
+        return dict.fromkeys(names, int(pairs[0]))
+    out = {}
+    for item in pairs:
+        name, sep, number = item.partition("=")
+        if not sep or name.strip() not in names:
+            raise click.BadParameter(f"{item!r}: expected N, or NAME=N pairs with NAME one of {', '.join(names)} "
+                                     f"(e.g. {example})")
+        if not number.strip().isdigit() or int(number) < 1:
+            raise click.BadParameter(f"{item!r}: N must be an integer >= 1 (e.g. {example})")
+        out[name.strip()] = int(number)
+    if not out:
+        raise click.BadParameter(f"{value!r} is empty (e.g. {example})")
+    return out
+
+
 class LazyChoice(click.Choice):
     """A click.Choice whose values come from a function called when first needed (e.g. the model
     registry), so that defining the CLI imports no model code."""

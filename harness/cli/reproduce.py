@@ -76,7 +76,9 @@ def quickstart_cmd(out, force, judge, steps, max_rows, samples):
 @click.option("--steps", "train_steps", type=click.IntRange(min=1), default=None,
               help="Override train.steps of both models (a smoke run; recorded).")
 @click.option("--sampling-steps", default=None, help="Sweep of T, comma-separated [default: 16,64,256].")
-@click.option("--samples", type=click.IntRange(min=1), default=None, help="Samples per run of each model [default: 16 for MDLM, 8 for Prime].")
+@click.option("--samples", default=None, metavar="N|MODEL=N,...",
+              help="Samples per run: N for both models, or per model (mdlm=48,prime=8; a model not named keeps its "
+                   "default) [default: mdlm=48,prime=8]. With --paper: one number.")
 @click.option("--paper", is_flag=True, help="The paper-scale preset instead: an imported MDLM-OWT checkpoint, L = 1024, "
                                             "T = 100 to 10,000, float32 vs float64 (with --dry-run, --checkpoint mdlm=SRC, "
                                             "--nproc, --tflops).")
@@ -95,13 +97,20 @@ def reproduce_precision_cmd(out, force, train_steps, sampling_steps, samples, pa
     from harness.reproduce.report import precision_sections, print_sections
 
     if paper:
+        if samples is not None and not samples.isdigit():
+            raise click.BadParameter(f"{samples!r}: with --paper give one number of samples", param_hint="--samples")
+        samples = None if samples is None else int(samples)
         root = Path("results/runs") if out == Path("results/runs/precision") else out
         _run_paper("precision", dry_run, checkpoints, nproc, tflops, gpu, samples, sampling_steps, root)
         return
     if dry_run or checkpoints:
         raise click.UsageError("--dry-run and --checkpoint go with --paper (the machine-scale job trains its own models)")
     t0 = time.time()
-    result = run_precision(out, force=force, steps=train_steps, samples=samples,
+    from harness.cli.options import per_name_ints
+    from harness.reproduce.precision import MODELS
+
+    per_model = None if samples is None else per_name_ints(samples, MODELS)
+    result = run_precision(out, force=force, steps=train_steps, samples=per_model,
                            audit_steps=None if sampling_steps is None else int_list(sampling_steps))
     print_sections(precision_sections(result))
     console().log(f"reproduce precision finished in {(time.time() - t0) / 60:.1f} min; tables in "

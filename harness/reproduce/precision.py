@@ -31,10 +31,10 @@ from typing import Any
 MODELS = ("mdlm", "prime")
 AUDIT = dict(steps=[16, 64, 256], num_samples=8, dtypes=["float32", "float64"], method="mdlm-legacy",
              batch_size=8, seed=0)
-# samples per run: MDLM's float32 drop in marginal surprisal at T = 256 is predicted at about 0.45 nats with a
-# per-sample standard deviation near 0.9 nats per dtype, so 16 samples put it about 4 standard errors out;
-# Prime (whose law predicts no drop) is the control and keeps 8
-SAMPLES = {"mdlm": 16, "prime": 8}
+# samples per run: MDLM's float32 drop in marginal surprisal at T = 256 measured 0.22 +- 0.08 nats with 16 samples
+# (per-sample standard deviation near 0.23 nats per dtype), so 48 samples put a drop of that size about 4.7 standard
+# errors out; Prime (whose law predicts no drop) is the control and keeps 8
+SAMPLES = {"mdlm": 48, "prime": 8}
 STATISTICS = ("entropy", "surprisal")  # what each audit record measures (part of its stage config)
 DRAWS = ("joint", "two-stage")
 PREDICTION = dict(mc_samples=4000, seed=0)
@@ -104,13 +104,15 @@ def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samp
 
 
 def run_precision(out: Path, *, force: bool = False, steps: int | None = None, audit_steps: list[int] | None = None,
-                  samples: int | None = None) -> PrecisionRecords:
+                  samples: int | dict[str, int] | None = None) -> PrecisionRecords:
     """Train (or reuse) ``precision/mdlm`` and ``precision/prime`` under ``out``, audit and predict.
 
     ``steps`` overrides ``train.steps`` (a smoke run); ``audit_steps`` the sweep of T; ``samples``
-    the samples per run of every model (default :data:`SAMPLES`; the batch is at most ``AUDIT``'s)."""
+    the samples per run: one number for every model, or ``{model: n}`` for some of them (the others keep
+    :data:`SAMPLES`); the batch is at most ``AUDIT``'s."""
     from harness.audit.precision import audit_checkpoint
     from harness.config import load_config
+    from harness.errors import PrimebenchError
     from harness.evaluation import load_for_evaluation
     from harness.logging import console, progress
     from harness.reproduce.report import write_precision_report
@@ -120,6 +122,12 @@ def run_precision(out: Path, *, force: bool = False, steps: int | None = None, a
     overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
     cfgs = {name: load_config(f"precision/{name}", overrides) for name in MODELS}
     audit = dict(AUDIT, steps=list(audit_steps or AUDIT["steps"]))
+    per_model = samples if isinstance(samples, dict) else dict.fromkeys(MODELS, samples) if samples is not None else {}
+    unknown = sorted(set(per_model) - set(MODELS))
+    if unknown or any(int(n) < 1 for n in per_model.values()):
+        raise PrimebenchError(f"samples {per_model} must be integers >= 1 for models among {', '.join(MODELS)}",
+                              fix="pass e.g. samples={'mdlm': 48} (CLI: --samples mdlm=48)")
+    per_model = {**SAMPLES, **per_model}
     log = console().log
     audits, predictions = {}, {}
     with progress() as bar:
@@ -130,7 +138,7 @@ def run_precision(out: Path, *, force: bool = False, steps: int | None = None, a
             stages.train(name, cfg)
         for name, cfg in cfgs.items():
             base = {"checkpoint": name, "train": cfg.to_dict()}
-            n = SAMPLES[name] if samples is None else samples
+            n = int(per_model[name])
             for draw in DRAWS:
                 kw = dict(audit, draw=draw, controls=draw == "joint", num_samples=n, batch_size=min(n, AUDIT["batch_size"]))
                 config = dict(base, **kw, statistics=list(STATISTICS))

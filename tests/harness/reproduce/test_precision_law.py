@@ -130,3 +130,63 @@ def test_reproduce_precision_smoke_run(tmp_path):
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     assert {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")} == before
+
+
+def test_per_name_ints_parses_one_number_or_pairs():
+    import click
+
+    from harness.cli.options import per_name_ints
+
+    names = ("mdlm", "prime")
+    assert per_name_ints("16", names) == {"mdlm": 16, "prime": 16}
+    assert per_name_ints("mdlm=48", names) == {"mdlm": 48}
+    assert per_name_ints(" mdlm=48 , prime=4 ", names) == {"mdlm": 48, "prime": 4}
+    for bad, words in [("arm=3", "NAME one of mdlm, prime"), ("mdlm=0", "integer >= 1"), ("mdlm=x", "integer >= 1"),
+                       ("0", "integer >= 1"), ("", "empty"), ("4,8", "NAME=N pairs")]:
+        with pytest.raises(click.BadParameter, match=words):
+            per_name_ints(bad, names)
+
+
+def test_reproduce_precision_samples_per_model_reach_each_audit(tmp_path, monkeypatch):
+    """--samples mdlm=N changes MDLM's audits only (Prime keeps its default), the batch never exceeds the
+    preset's, and a bad model name fails before any training."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    import harness.audit.precision as audit_precision
+    import harness.evaluation as evaluation
+    import harness.reproduce.report as report
+    import harness.reproduce.stages as stages
+    from harness.cli import main
+    from harness.errors import PrimebenchError
+    from harness.reproduce import precision
+
+    calls = []
+    monkeypatch.setattr(stages.Stages, "train", lambda self, name, cfg: None)
+    monkeypatch.setattr(audit_precision, "audit_checkpoint", lambda ckpt, **kw: calls.append((ckpt.name, kw)) or
+                        SimpleNamespace(record={"model": {"name": ckpt.name}, "rows": []}))
+    monkeypatch.setattr(evaluation, "load_for_evaluation", lambda *a: (None, None, None, None))
+    monkeypatch.setattr(precision, "predict", lambda model, **kw: {"rows": []})
+    monkeypatch.setattr(report, "write_precision_report", lambda result: None)
+    monkeypatch.setattr(report, "print_sections", lambda sections: None)
+    monkeypatch.setattr(report, "precision_sections", lambda result: [])
+
+    res = CliRunner().invoke(main, ["reproduce", "precision", "--out", str(tmp_path / "a"), "--samples", "mdlm=12"])
+    assert res.exit_code == 0, res.output
+    seen = {(name, kw["draw"]): (kw["num_samples"], kw["batch_size"]) for name, kw in calls}
+    batch = precision.AUDIT["batch_size"]
+    assert seen == {("mdlm", "joint"): (12, batch), ("mdlm", "two-stage"): (12, batch),
+                    ("prime", "joint"): (precision.SAMPLES["prime"], batch),
+                    ("prime", "two-stage"): (precision.SAMPLES["prime"], batch)}
+    calls.clear()
+    precision.run_precision(tmp_path / "b", samples=3)
+    assert {kw["num_samples"] for _, kw in calls} == {3} and {kw["batch_size"] for _, kw in calls} == {3}
+
+    bad = CliRunner().invoke(main, ["reproduce", "precision", "--out", str(tmp_path / "c"), "--samples", "arm=4"])
+    assert bad.exit_code == 2 and "NAME one of mdlm, prime" in bad.output
+    paper = CliRunner().invoke(main, ["reproduce", "precision", "--paper", "--dry-run", "--samples", "mdlm=4"])
+    assert paper.exit_code == 2 and "one number" in paper.output
+    with pytest.raises(PrimebenchError, match="integers >= 1"):
+        precision.run_precision(tmp_path / "d", samples={"arm": 4})
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.json"))
