@@ -120,7 +120,7 @@ def reproduce_precision_cmd(out, force, train_steps, sampling_steps, samples, pa
 @reproduce_group.command("small")
 @_job_options("results/runs/small", 32)
 def reproduce_small_cmd(out, force, judge, steps, max_rows, samples):
-    """The four families at CPU scale (about 27 minutes on a 2-core CPU): perplexity (exact / valid
+    """The four families at CPU scale (84 minutes measured on a 2-core CPU): perplexity (exact / valid
     bound / paper objective), Gen PPL with entropy in float64, zero-shot, idle steps measured on the models."""
     from harness.logging import console
     from harness.reproduce.report import print_sections, small_sections
