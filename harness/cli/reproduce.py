@@ -91,25 +91,27 @@ def reproduce_precision_cmd(out, force, train_steps, sampling_steps, samples, pa
                             gpu):
     """The fp32 temperature effect at GPT-2's vocabulary: small MDLM and Prime, joint draw in float32 vs
     float64 over steps, the two-stage draw as control, and the entropy predicted by the draw's exact law."""
-    from harness.cli.options import int_list
+    from harness.cli.options import int_list, per_name_ints
     from harness.logging import console
-    from harness.reproduce.precision import run_precision
+    from harness.reproduce.precision import MODELS, run_precision
     from harness.reproduce.report import precision_sections, print_sections
 
     if paper:
-        if samples is not None and not samples.isdigit():
-            raise click.BadParameter(f"{samples!r}: with --paper give one number of samples", param_hint="--samples")
+        if samples is not None and (not samples.strip().isdigit() or int(samples) < 1):
+            raise click.BadParameter(f"{samples!r}: with --paper give one number of samples, an integer >= 1",
+                                     param_hint="--samples")
         samples = None if samples is None else int(samples)
         root = Path("results/runs") if out == Path("results/runs/precision") else out
         _run_paper("precision", dry_run, checkpoints, nproc, tflops, gpu, samples, sampling_steps, root)
         return
     if dry_run or checkpoints:
         raise click.UsageError("--dry-run and --checkpoint go with --paper (the machine-scale job trains its own models)")
+    try:
+        per_model = None if samples is None else per_name_ints(samples, MODELS)
+    except click.BadParameter as error:
+        error.param_hint = "--samples"
+        raise
     t0 = time.time()
-    from harness.cli.options import per_name_ints
-    from harness.reproduce.precision import MODELS
-
-    per_model = None if samples is None else per_name_ints(samples, MODELS)
     result = run_precision(out, force=force, steps=train_steps, samples=per_model,
                            audit_steps=None if sampling_steps is None else int_list(sampling_steps))
     print_sections(precision_sections(result))

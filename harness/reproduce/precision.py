@@ -122,12 +122,11 @@ def run_precision(out: Path, *, force: bool = False, steps: int | None = None, a
     overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
     cfgs = {name: load_config(f"precision/{name}", overrides) for name in MODELS}
     audit = dict(AUDIT, steps=list(audit_steps or AUDIT["steps"]))
-    per_model = samples if isinstance(samples, dict) else dict.fromkeys(MODELS, samples) if samples is not None else {}
-    unknown = sorted(set(per_model) - set(MODELS))
-    if unknown or any(int(n) < 1 for n in per_model.values()):
-        raise PrimebenchError(f"samples {per_model} must be integers >= 1 for models among {', '.join(MODELS)}",
+    given = {} if samples is None else samples if isinstance(samples, dict) else dict.fromkeys(MODELS, samples)
+    if set(given) - set(MODELS) or any(int(n) < 1 for n in given.values()):
+        raise PrimebenchError(f"samples {given} must be integers >= 1 for models among {', '.join(MODELS)}",
                               fix="pass e.g. samples={'mdlm': 48} (CLI: --samples mdlm=48)")
-    per_model = {**SAMPLES, **per_model}
+    per_model = {**SAMPLES, **given}
     log = console().log
     audits, predictions = {}, {}
     with progress() as bar:
