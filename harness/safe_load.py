@@ -99,8 +99,18 @@ def plain_tensor_copy(path: str | Path, *, what: str, fix: str) -> Path:
 
 
 #: where the classes of a Lightning checkpoint's hyper-parameters live (a Hydra/omegaconf config, a
-#: saved tokenizer): read as inert records, never imported or run
-CONFIG_MODULES = ("omegaconf.", "typing.", "collections.", "enum.", "pathlib.", "transformers.", "tokenizers.")
+#: saved tokenizer): read as inert records, never imported or run. Only class names (capitalised)
+#: are accepted from these modules; a function named in one of them is refused like any other.
+CONFIG_MODULES = ("omegaconf.", "typing.", "enum.", "pathlib.", "transformers.", "tokenizers.")
+
+#: builtin types that a config names as values (omegaconf records each container's ``object_type``
+#: and its key and element types): inert :class:`ConfigRecord` stand-ins, never the builtins
+INERT_BUILTINS = frozenset(f"builtins.{name}" for name in (
+    "dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "str", "bytes", "bytearray", "bool"))
+
+#: mapping classes a config pickles with entries (omegaconf's resolver cache is a
+#: ``defaultdict(dict)``): read back as plain dicts, their default factory dropped
+MAPPING_CLASSES = frozenset({"collections.defaultdict", "collections.OrderedDict"})
 
 
 class ConfigRecord:
@@ -124,15 +134,33 @@ class ConfigRecord:
         return f"<{self.qualified}>"
 
 
+class _MappingRecord:
+    """Stand-in for a dict subclass: building one gives a plain dict (its factory argument dropped)."""
+
+    qualified = ""
+
+    def __new__(cls, *args, **kwargs):
+        return {}
+
+
 def _stand_in(name: str) -> type:
-    return type(name.rsplit(".", 1)[-1], (ConfigRecord,), {"qualified": name})
+    base = _MappingRecord if name in MAPPING_CLASSES else ConfigRecord
+    return type(name.rsplit(".", 1)[-1], (base,), {"qualified": name})
+
+
+def accepted_global(name: str) -> bool:
+    """Whether a global named in a Lightning checkpoint may be read as an inert stand-in."""
+    if name in INERT_BUILTINS or name in MAPPING_CLASSES:
+        return True
+    return name.startswith(CONFIG_MODULES) and name.rsplit(".", 1)[-1][:1].isupper()
 
 
 def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint") -> Any:
-    """A Lightning ``.ckpt`` loaded with ``weights_only=True``, its config classes (omegaconf, a
-    pickled tokenizer) replaced by inert :class:`ConfigRecord` s; any other global (a function, a
-    class from elsewhere) is refused with :class:`UnsafeFileError`. :func:`plain` turns the records
-    into dicts and values."""
+    """A Lightning ``.ckpt`` loaded with ``weights_only=True``, the classes its hyper-parameters name
+    (an omegaconf config, a pickled tokenizer, the builtin types omegaconf records as metadata)
+    replaced by inert :class:`ConfigRecord` s; any other global (a function such as ``eval`` or
+    ``os.system``, a class from elsewhere) gets the file refused with :class:`UnsafeFileError`
+    before anything is unpickled. :func:`plain` turns the records into dicts and values."""
     import torch
     from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
@@ -145,7 +173,7 @@ def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint") -> 
     except Exception as exc:  # noqa: BLE001 - not a zip, truncated, ...
         raise PrimebenchError(f"{what} {str(path)!r} is corrupt or not a torch checkpoint ({type(exc).__name__})",
                               fix=fix) from exc
-    refused = sorted(n for n in names if not n.startswith(CONFIG_MODULES))
+    refused = sorted(n for n in names if not accepted_global(n))
     if refused:
         raise UnsafeFileError(
             f"{what} {str(path)!r} names {', '.join(refused[:4])}, which a checkpoint's weights and config do not "
@@ -157,7 +185,13 @@ def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint") -> 
 
 
 def plain(value: Any) -> Any:
-    """Records of an omegaconf config -> plain dicts, lists and values (anything else: its name)."""
+    """Records of an omegaconf config -> plain dicts, lists and values (anything else: its name).
+
+    A ``DictConfig``/``ListConfig`` gives its ``_content``, a value node its ``_val``; interpolations
+    (``${...}``) stay the strings they were saved as; a class named as a value (omegaconf's
+    ``object_type``) becomes its qualified name."""
+    if isinstance(value, type) and issubclass(value, (ConfigRecord, _MappingRecord)):
+        return value.qualified
     if isinstance(value, ConfigRecord):
         state = value.state if isinstance(value.state, dict) else {}
         if "_content" in state:
@@ -172,5 +206,24 @@ def plain(value: Any) -> Any:
     return value
 
 
+def saved_tokenizer_json(value: Any) -> str | None:
+    """The ``tokenizers`` JSON of a transformers fast tokenizer pickled in a checkpoint's
+    hyper-parameters (MDLM and MDM-Prime save theirs with ``save_hyperparameters``), or None.
+
+    The JSON is the tokenizer's own serialisation (vocabulary, merges, special tokens): data that
+    ``tokenizers.Tokenizer.from_str`` parses without running anything."""
+    if not isinstance(value, ConfigRecord) or not value.qualified.startswith("transformers."):
+        return None
+    backend = value.state.get("_tokenizer") if isinstance(value.state, dict) else None
+    if isinstance(backend, ConfigRecord) and backend.qualified == "tokenizers.Tokenizer":
+        blob = backend.state
+        if isinstance(blob, (bytes, bytearray)):
+            blob = bytes(blob).decode("utf-8", errors="replace")
+        if isinstance(blob, str) and blob.lstrip().startswith("{"):
+            return blob
+    return None
+
+
 __all__ = ["UnsafeFileError", "load_torch_file", "check_pickles_in_folder", "plain_tensor_copy", "PICKLE_SUFFIXES",
-           "load_lightning_checkpoint", "plain", "ConfigRecord"]
+           "load_lightning_checkpoint", "plain", "ConfigRecord", "accepted_global", "saved_tokenizer_json",
+           "INERT_BUILTINS"]

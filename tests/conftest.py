@@ -52,3 +52,14 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def release_files(tmp_path_factory):
+    """The release fixtures of every layout, written once per session (Lightning writes the .ckpt
+    files): a folder to read, never to modify (copy a file before changing it)."""
+    from tests.fixtures.releases import write_all
+
+    folder = tmp_path_factory.mktemp("releases")
+    write_all(folder)
+    return folder

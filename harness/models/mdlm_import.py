@@ -12,6 +12,7 @@ noise sigma(t) = -log(1 - (1 - 1e-3) t).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +98,13 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str |
     under ``ema.shadow_params``, in the order of the network's parameters. The Hydra config under
     ``hyper_parameters`` is read as plain data (:func:`harness.safe_load.load_lightning_checkpoint`)."""
     path = Path(str(source)[len(CKPT_PREFIX):]).expanduser()
-    state, config, shadow = read_release_ckpt(path, what="MDLM checkpoint", ema=ema)
-    shape = _model_shape(config, str(path), vocab_size=int(state["vocab_embed.embedding"].shape[0]))
-    if shadow is not None:
-        state = _ema_state(state, shadow, shape, where=str(path))
-    return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
+    ckpt = read_release_ckpt(path, what="MDLM checkpoint", ema=ema)
+    shape = _model_shape(ckpt.config, str(path), vocab_size=int(ckpt.state["vocab_embed.embedding"].shape[0]))
+    state = _ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
+    return build_mdlm(state, shape=shape, time_conditioning=bool(ckpt.config.get("time_conditioning", False)),
                       tokenizer_folder=path.parent, source=f"{CKPT_PREFIX}{path}", where=str(path),
-                      extra_keys=[], device=device, ema=ema, tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer))
+                      extra_keys=[], device=device, ema=ema,
+                      tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer, saved=ckpt.tokenizer_json))
 
 
 def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
@@ -202,14 +203,27 @@ def _sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
     return torch.zeros(rows, device=device)
 
 
-def read_release_ckpt(path: Path, *, what: str, ema: bool):
-    """(state without ``backbone.``, plain config, the file) of a Lightning checkpoint of MDLM or Prime."""
-    from harness.safe_load import load_lightning_checkpoint, plain
+@dataclass(frozen=True)
+class ReleaseCkpt:
+    """What an import reads from a release's Lightning checkpoint: the backbone's weights (keys
+    without ``backbone.``), the Hydra config as plain data, the EMA ``shadow_params`` (None for raw
+    weights) and the tokenizer pickled in the hyper-parameters, as its ``tokenizers`` JSON (or None)."""
+
+    state: dict
+    config: dict
+    shadow: list | None
+    tokenizer_json: str | None
+
+
+def read_release_ckpt(path: Path, *, what: str, ema: bool) -> ReleaseCkpt:
+    """Read a Lightning checkpoint of MDLM, MDM-Prime or their AR baseline, without running code."""
+    from harness.safe_load import load_lightning_checkpoint, plain, saved_tokenizer_json
 
     blob = load_lightning_checkpoint(path, what=what)
     if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
         raise CheckpointError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass the release's .ckpt file")
-    hp = plain(blob.get("hyper_parameters") or {})
+    raw_hp = blob.get("hyper_parameters") or {}
+    hp = plain(raw_hp)
     config = hp.get("config", hp) if isinstance(hp, dict) else {}
     state = {k.removeprefix("backbone."): v for k, v in blob["state_dict"].items() if k.startswith("backbone.")}
     if "vocab_embed.embedding" not in state:
@@ -221,7 +235,9 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool):
         if not shadow:
             raise CheckpointError(f"{str(path)!r} holds no EMA weights (ema.shadow_params)",
                                   fix="load the raw weights with ema=False")
-    return state, (config if isinstance(config, dict) else {}), shadow
+    saved = saved_tokenizer_json(raw_hp.get("tokenizer")) if isinstance(raw_hp, dict) else None
+    return ReleaseCkpt(state=state, config=config if isinstance(config, dict) else {}, shadow=shadow,
+                       tokenizer_json=saved)
 
 
 def _model_shape(config: dict, where: str, **extra) -> dict:
@@ -245,7 +261,8 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
     from prime.subtokens import subtoken_base
 
     path = Path(str(source)[len(PRIME_PREFIX):]).expanduser()
-    state, config, shadow = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema)
+    ckpt = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema)
+    state, config = ckpt.state, ckpt.config
     prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
     ell = int(prime_cfg.get("target_length", 1))
     if ell < 2:
@@ -259,12 +276,12 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
         raise CheckpointError(f"{str(path)!r}: prime.base = {prime_cfg['base']} but C = {C}, ell = {ell} give base {base}",
                               fix="this harness uses the smallest base with base**ell >= C, as the release does")
     shape = _model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
-    if shadow is not None:
-        state = _ema_state(state, shadow, shape, where=str(path))
+    if ckpt.shadow is not None:
+        state = _ema_state(state, ckpt.shadow, shape, where=str(path))
     return build_prime(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
                        carry_over=bool(prime_cfg.get("carry_over", True)), tokenizer_folder=path.parent,
                        source=f"{PRIME_PREFIX}{path}", where=str(path), device=device, ema=ema,
-                       tokenizer=_tokenizer(path.parent, C, tokenizer))
+                       tokenizer=_tokenizer(path.parent, C, tokenizer, saved=ckpt.tokenizer_json))
 
 
 def build_prime(state: dict, *, shape: dict, time_conditioning: bool, carry_over: bool, tokenizer_folder: Path,
@@ -304,7 +321,8 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
     Rows are ``model.length`` tokens; as in the release, the network reads the first L - 1 and
     scores the L - 1 shifted targets."""
     path = Path(str(source)[len(AR_PREFIX):]).expanduser()
-    state, config, shadow = read_release_ckpt(path, what="AR checkpoint", ema=ema)
+    ckpt = read_release_ckpt(path, what="AR checkpoint", ema=ema)
+    state, config = ckpt.state, ckpt.config
     prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
     if int(prime_cfg.get("target_length", 1)) != 1:
         raise CheckpointError(f"{str(path)!r} is an AR over sub-tokens (prime.target_length = {prime_cfg['target_length']})",
@@ -314,10 +332,10 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
                               fix=f"load it with {CKPT_PREFIX}{path} (or {PRIME_PREFIX} for ell > 1)")
     V = int(state["vocab_embed.embedding"].shape[0])
     shape = _model_shape(config, str(path), vocab_size=V, causal=True)
-    if shadow is not None:
-        state = _ema_state(state, shadow, shape, where=str(path))
+    if ckpt.shadow is not None:
+        state = _ema_state(state, ckpt.shadow, shape, where=str(path))
     dit = load_dit(state, shape, where=str(path), extra_keys=[])
-    return build_ar(dit, shape=shape, tokenizer=_tokenizer(path.parent, V - 1, tokenizer),
+    return build_ar(dit, shape=shape, tokenizer=_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
                     source=f"{AR_PREFIX}{path}", ema=ema, device=device, name=path.stem)
 
 
@@ -341,27 +359,53 @@ def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool |
 LOADERS = {PREFIX: mdlm_hf, CKPT_PREFIX: mdlm_ckpt, PRIME_PREFIX: prime_ckpt, AR_PREFIX: ar_ckpt}
 
 
-def _tokenizer(folder: Path, C: int, spec: str | None = None):
+def _tokenizer(folder: Path, C: int, spec: str | None = None, *, saved: str | None = None):
     """The tokenizer of a release checkpoint: ``spec`` when given (any ``--tokenizer`` spec), else
     the tokenizer files beside the weights, else GPT-2's for C = 50257 (MDLM's and MDM-Prime's
-    OpenWebText models); its size must be C."""
+    OpenWebText models); its size must be C. ``saved`` is the tokenizer the checkpoint pickled in
+    its hyper-parameters (``tokenizers`` JSON): when present, the chosen tokenizer must map every
+    token to the same id, so a checkpoint is never scored through another vocabulary."""
     from harness.data import get_tokenizer
     from harness.data.tokenizers.hf import load_transformers
 
     if spec is not None:
-        tokenizer = get_tokenizer(spec)
+        tokenizer, chosen = get_tokenizer(spec), f"--tokenizer {spec}"
     elif (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
-        tokenizer = load_transformers(folder.resolve(), spec=f"hf:{folder.resolve()}")
+        tokenizer, chosen = load_transformers(folder.resolve(), spec=f"hf:{folder.resolve()}"), f"the tokenizer files in {folder}"
     elif C == 50257:
-        tokenizer = get_tokenizer("gpt2")  # MDLM's OpenWebText models use GPT-2's tokenizer
+        tokenizer, chosen = get_tokenizer("gpt2"), "GPT-2's tokenizer (the default for C = 50257)"
     else:
-        raise CheckpointError(f"{str(folder)!r} has no tokenizer files and C = {C} is not GPT-2's vocabulary",
+        held = " (the tokenizer pickled in its hyper-parameters is checked against the one you name)" if saved else ""
+        raise CheckpointError(f"{str(folder)!r} has no tokenizer files and C = {C} is not GPT-2's vocabulary{held}",
                               fix="name the release's tokenizer (harness.load(..., tokenizer=SPEC), "
                                   "primebench import --tokenizer SPEC) or save its tokenizer.json into the folder")
     if tokenizer.vocab_size != C:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} ids but the model has C = {C} (V = C + 1 with the mask)",
                               fix="pass the tokenizer the release was trained with")
+    if saved is not None:
+        _check_saved_vocabulary(tokenizer, saved, chosen=chosen)
     return tokenizer
+
+
+def _check_saved_vocabulary(tokenizer, saved: str, *, chosen: str) -> None:
+    """Refuse ``tokenizer`` when it maps a token of the checkpoint's own tokenizer to another id."""
+    from tokenizers import Tokenizer as Backend
+
+    backend = getattr(tokenizer, "_backend", None)
+    if backend is None or not hasattr(backend, "get_vocab"):
+        return  # a byte-level tokenizer has no vocabulary to compare; its size was checked
+    try:
+        theirs = Backend.from_str(saved).get_vocab(with_added_tokens=True)
+    except Exception:  # noqa: BLE001 - the tokenizers library raises a bare Exception for bad JSON
+        return  # an unreadable saved tokenizer cannot be compared; the chosen one stands, as without it
+    ours = backend.get_vocab()
+    differ = sorted((i, tok) for tok, i in theirs.items() if ours.get(tok) != i)
+    if differ:
+        examples = ", ".join(f"{tok!r} (id {i})" for i, tok in differ[:3])
+        raise CheckpointError(f"{chosen} differs from the tokenizer saved in the checkpoint at {len(differ)} of "
+                              f"{len(theirs)} tokens: {examples}",
+                              fix="pass the tokenizer the release was trained with (--tokenizer SPEC, or its "
+                                  "tokenizer.json beside the checkpoint)")
 
 
 __all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "ar_ckpt", "build_ar", "ARBackbone", "LOADERS", "build_prime", "PrimeBackbone", "load_dit", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]

@@ -1,12 +1,12 @@
 """MDLM's HF layout (``mdlm-hf:PATH``): a tiny checkpoint with the original key names and shapes
 (random weights, written here), imported strictly, gives the log-probabilities of a direct
-functional recomputation from the raw tensors, and evaluates through the CLI."""
+functional recomputation from the raw tensors, and evaluates through the CLI. The op-by-op
+references here serve the Lightning files too (``test_lightning_releases``)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
 import torch
@@ -16,8 +16,7 @@ import harness
 from harness.cli import main
 from harness.errors import CheckpointError
 
-from tests.fixtures.releases import BLOCKS, COND, D, HEADS, L, V
-from tests.fixtures.releases import ar_weights as _ar_weights
+from tests.fixtures.releases import BLOCKS, D, HEADS, L, V
 from tests.fixtures.releases import raw_weights as _raw_weights
 from tests.fixtures.releases import write_hf_folder as _write
 
@@ -118,118 +117,6 @@ def test_imported_mdlm_evaluates_through_the_cli(tmp_path):
     assert res.exit_code == 2  # the judge is checked before the model loads
 
 
-def _fake_omegaconf(monkeypatch):
-    """Classes named and pickled like omegaconf's (omegaconf itself is not needed to read them)."""
-    import sys
-    import types
-
-    class ContainerMetadata:
-        def __init__(self):
-            self.ref_type = None
-
-    class AnyNode:
-        def __init__(self, value):
-            self._val, self._metadata = value, ContainerMetadata()
-
-        def __getstate__(self):
-            return dict(self.__dict__)
-
-    class DictConfig:
-        def __init__(self, content):
-            self.__dict__.update(_content=content, _metadata=ContainerMetadata(), _parent=None)
-
-        def __getstate__(self):
-            return dict(self.__dict__)
-
-    for cls, module in ((ContainerMetadata, "omegaconf.base"), (AnyNode, "omegaconf.nodes"), (DictConfig, "omegaconf.dictconfig")):
-        mod = types.ModuleType(module)
-        setattr(mod, cls.__name__, cls)
-        cls.__module__, cls.__qualname__ = module, cls.__name__
-        monkeypatch.setitem(sys.modules, module, mod)
-    monkeypatch.setitem(sys.modules, "omegaconf", types.ModuleType("omegaconf"))
-    return lambda d: DictConfig({k: (DictConfig({a: AnyNode(b) for a, b in v.items()}) if isinstance(v, dict) else AnyNode(v))
-                                 for k, v in d.items()})
-
-
-def test_lightning_ckpt_with_ema_and_config_read_as_data(tmp_path, monkeypatch):
-    from harness.models.mdlm_dit import MDLMDiT
-
-    make_config = _fake_omegaconf(monkeypatch)
-    raw = _raw_weights(0)
-    ema_raw = _raw_weights(1)
-    order = [n for n, _ in MDLMDiT(vocab_size=V, hidden_dim=D, cond_dim=COND, n_blocks=BLOCKS, n_heads=HEADS).named_parameters()]
-    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS, "length": L},
-                          "time_conditioning": False})
-    torch.save({"state_dict": raw, "ema": {"shadow_params": [ema_raw["backbone." + n] for n in order]},
-                "hyper_parameters": {"config": config}, "epoch": 3}, tmp_path / "mdlm.ckpt")
-    g = torch.Generator().manual_seed(2)
-    z = torch.randint(0, V - 1, (2, L), generator=g)
-    z[:, ::2] = V - 1
-    masked = z == V - 1
-    for ema, weights in ((True, ema_raw), (False, raw)):
-        model, tok, cfg = harness.load(f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}", ema=ema)
-        assert cfg.model.d_model == D and model.seq_len == L and model.hparams["weights"] == ("EMA" if ema else "raw")
-        with torch.no_grad():
-            ours = model.log_probs(z, None)
-            ref = torch.log_softmax(_reference_logits(weights, z, torch.zeros(2))[..., : V - 1], -1)
-        assert torch.allclose(ours[masked], ref[masked], atol=2e-5)
-
-
-def test_lightning_ckpt_that_runs_code_is_refused(tmp_path, monkeypatch):
-    from harness.safe_load import UnsafeFileError
-
-    make_config = _fake_omegaconf(monkeypatch)
-    marker = tmp_path / "CODE_RAN"
-
-    class Payload:
-        def __reduce__(self):
-            return (os.system, (f"touch {marker}",))
-
-    torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": make_config({"model": {}}), "x": Payload()}},
-               tmp_path / "evil.ckpt")
-    with pytest.raises(UnsafeFileError, match="system"):
-        harness.load(f"mdlm-ckpt:{tmp_path / 'evil.ckpt'}")
-    assert not marker.exists()
-    (tmp_path / "junk.ckpt").write_bytes(b"junk")
-    with pytest.raises(Exception, match="corrupt"):
-        harness.load(f"mdlm-ckpt:{tmp_path / 'junk.ckpt'}")
-
-
-def test_prime_release_ckpt_matches_a_direct_recomputation(tmp_path, monkeypatch):
-    from prime.bounds import restricted_log_probs
-
-    make_config = _fake_omegaconf(monkeypatch)
-    ell, C = 2, V - 1
-    base = 225  # the smallest b with b**2 >= 50257
-    w = _raw_weights(4)
-    g = torch.Generator().manual_seed(5)
-    w["backbone.vocab_embed.embedding"] = 0.3 * torch.randn(base + 1, D // ell, generator=g)
-    w["backbone.output_layer.linear.weight"] = w["backbone.output_layer.linear.weight"][:C].clone()
-    w["backbone.output_layer.linear.bias"] = w["backbone.output_layer.linear.bias"][:C].clone()
-    for carry_over in (True, False):
-        config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS, "length": L},
-                              "prime": {"target_length": ell, "base": base, "carry_over": carry_over},
-                              "time_conditioning": False})
-        torch.save({"state_dict": w, "hyper_parameters": {"config": config}}, tmp_path / "prime.ckpt")
-        model, tok, cfg = harness.load(f"prime-ckpt:{tmp_path / 'prime.ckpt'}", ema=False)
-        assert model.family == "prime" and model.ell == ell and model.base == base and model.carry_over is carry_over
-        assert cfg.model.ell == ell and tok.spec == "gpt2"
-        x0 = torch.randint(0, C, (2, L), generator=g)
-        y = model.encode(x0)
-        y[torch.rand(y.shape, generator=g) < 0.5] = base  # the sub-token mask id
-        with torch.no_grad():
-            ours = model.log_probs(y, None)
-            ref = restricted_log_probs(_reference_logits(w, y, torch.zeros(2)), y, C=C, base=base, ell=ell,
-                                       carry_over=carry_over)
-        finite = torch.isfinite(ref)
-        assert torch.equal(finite, torch.isfinite(ours)) and torch.allclose(ours[finite], ref[finite], atol=2e-5)
-    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS, "length": L},
-                          "prime": {"target_length": 1}})
-    torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": config}}, tmp_path / "ell1.ckpt")
-    with pytest.raises(CheckpointError, match="mdlm-ckpt"):
-        harness.load(f"prime-ckpt:{tmp_path / 'ell1.ckpt'}", ema=False)
-
-
 def test_imported_mdlm_through_zeroshot_and_the_precision_audit(tmp_path):
     folder = _write(tmp_path / "mdlm-owt", _raw_weights())
     res = CliRunner().invoke(main, ["eval", "zeroshot", f"mdlm-hf:{folder}", "--tasks", "wiki_lastword", "--limit", "2",
@@ -269,54 +156,3 @@ def _reference_ar_log_probs(w, ids):
     logits = lin(norm(x, "backbone.output_layer.norm_final.weight"), "backbone.output_layer.linear")
     logits[..., -1] = -1000.0
     return logits.log_softmax(-1)
-
-
-def test_release_ar_ckpt_matches_a_direct_recomputation(tmp_path, monkeypatch):
-    from harness.models.mdlm_dit import MDLMDiT
-
-    make_config = _fake_omegaconf(monkeypatch)
-    raw, ema_raw = _ar_weights(V, 0), _ar_weights(V, 1)
-    order = [n for n, _ in MDLMDiT(vocab_size=V, hidden_dim=D, cond_dim=COND, n_blocks=BLOCKS, n_heads=HEADS,
-                                   causal=True).named_parameters()]
-    assert len(order) == len([k for k in raw if "rotary" not in k])  # every weight has its EMA copy
-    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS,
-                                    "length": L, "causal": True}, "backbone": "ar", "parameterization": "ar"})
-    torch.save({"state_dict": raw, "ema": {"shadow_params": [ema_raw["backbone." + n] for n in order]},
-                "hyper_parameters": {"config": config}}, tmp_path / "ar.ckpt")
-    x0 = torch.randint(0, V - 1, (2, L), generator=torch.Generator().manual_seed(3))
-    for ema, weights in ((True, ema_raw), (False, raw)):
-        model, tok, cfg = harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=ema)
-        assert model.family == "arm" and model.seq_len == L and tok.spec == "gpt2" and cfg.data.seq_len == L
-        ref = _reference_ar_log_probs(weights, x0[:, :-1])  # the release reads L - 1 tokens, scores L - 1 targets
-        with torch.no_grad():
-            ours = model.log_probs(x0[:, :-1])
-            nll = model.nll(x0)
-        assert torch.allclose(ours, ref[..., : V - 1], atol=2e-5)
-        expected = -ref.gather(-1, x0[:, 1:, None]).squeeze(-1).sum(1)
-        assert torch.allclose(nll.nats.float(), expected, rtol=1e-5, atol=1e-3) and nll.kind == "exact"
-    # a diffusion checkpoint under ar-ckpt: is named as such
-    torch.save({"state_dict": _raw_weights(), "hyper_parameters": {"config": config}}, tmp_path / "mdlm.ckpt")
-    with pytest.raises(CheckpointError, match="mdlm-ckpt"):
-        harness.load(f"ar-ckpt:{tmp_path / 'mdlm.ckpt'}", ema=False)
-
-
-def test_a_release_ckpt_without_tokenizer_files_takes_a_tokenizer_spec(tmp_path, monkeypatch):
-    make_config = _fake_omegaconf(monkeypatch)
-    config = make_config({"model": {"hidden_size": D, "cond_dim": COND, "n_blocks": BLOCKS, "n_heads": HEADS,
-                                    "length": L}})
-    torch.save({"state_dict": _ar_weights(258), "hyper_parameters": {"config": config}}, tmp_path / "ar.ckpt")
-    with pytest.raises(CheckpointError, match="--tokenizer"):
-        harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=False)
-    model, tok, _ = harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=False, tokenizer="bytes")
-    assert tok.spec == "bytes" and model.vocab_size == 257
-    with pytest.raises(CheckpointError, match="257"):
-        harness.load(f"ar-ckpt:{tmp_path / 'ar.ckpt'}", ema=False, tokenizer="gpt2")
-    res = CliRunner().invoke(main, ["import", f"ar-ckpt:{tmp_path / 'ar.ckpt'}", "--no-ema", "--tokenizer", "bytes",
-                                    "--out", str(tmp_path / "imp")])
-    assert res.exit_code == 0, res.output
-    again, tok2, _ = harness.load(tmp_path / "imp")
-    z = torch.randint(0, 257, (2, L - 1), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert tok2.spec == "bytes" and torch.equal(again.log_probs(z), model.log_probs(z))
-    res = CliRunner().invoke(main, ["eval", "ppl", str(tmp_path / "imp"), "--data", "wiki-embedded", "--max-rows", "2"])
-    assert res.exit_code == 0, res.output

@@ -3,6 +3,8 @@ sources, hold no pickle, and load as plain paths."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -25,49 +27,33 @@ def _no_pickles(folder):
     return not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pth", ".bin", ".ckpt", ".pkl")]
 
 
-def test_import_of_a_lightning_mdlm_ckpt_round_trips(tmp_path, monkeypatch):
-    from harness.models.mdlm_dit import MDLMDiT
-
-    make = releases._fake_omegaconf(monkeypatch)
-    w, e = releases._raw_weights(0), releases._raw_weights(1)
-    order = [n for n, _ in MDLMDiT(vocab_size=releases.V, hidden_dim=releases.D, cond_dim=releases.COND,
-                                   n_blocks=releases.BLOCKS, n_heads=releases.HEADS).named_parameters()]
-    cfg = make({"model": {"hidden_size": releases.D, "cond_dim": releases.COND, "n_blocks": releases.BLOCKS,
-                          "n_heads": releases.HEADS, "length": releases.L}})
-    torch.save({"state_dict": w, "ema": {"shadow_params": [e["backbone." + n] for n in order]},
-                "hyper_parameters": {"config": cfg}}, tmp_path / "mdlm.ckpt")
-    res = CliRunner().invoke(main, ["import", "--format", "mdlm-ckpt", str(tmp_path / "mdlm.ckpt"), "--out", str(tmp_path / "imp")])
+def test_import_of_a_lightning_mdlm_ckpt_round_trips(release_files, tmp_path):
+    ckpt = release_files / "mdlm.ckpt"
+    res = CliRunner().invoke(main, ["import", "--format", "mdlm-ckpt", str(ckpt), "--out", str(tmp_path / "imp")])
     assert res.exit_code == 0, res.output
     assert _no_pickles(tmp_path / "imp")
     z = torch.randint(0, releases.V, (2, releases.L), generator=torch.Generator().manual_seed(0))
     imported, tok, _ = harness.load(tmp_path / "imp")
-    original, _, _ = harness.load(f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}")
+    original, _, _ = harness.load(f"mdlm-ckpt:{ckpt}")
     assert imported.family == "mdlm" and tok.spec == "gpt2" and _same_log_probs(imported, original, z)
-    again = CliRunner().invoke(main, ["import", f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}", "--out", str(tmp_path / "imp")])
+    again = CliRunner().invoke(main, ["import", f"mdlm-ckpt:{ckpt}", "--out", str(tmp_path / "imp")])
     assert again.exit_code == 2 and "not empty" in again.output
     res = CliRunner().invoke(main, ["eval", "ppl", str(tmp_path / "imp"), "--max-rows", "1"])
     assert res.exit_code == 0, res.output
 
 
-def test_import_of_prime_and_hf_causal_round_trips(tmp_path, monkeypatch):
+def test_import_of_prime_round_trips(release_files, tmp_path):
     from harness.models.transfer import import_checkpoint
 
-    make = releases._fake_omegaconf(monkeypatch)
-    w = releases._raw_weights(4)
-    g = torch.Generator().manual_seed(5)
-    w["backbone.vocab_embed.embedding"] = 0.3 * torch.randn(226, releases.D // 2, generator=g)
-    for key in ("weight", "bias"):
-        w[f"backbone.output_layer.linear.{key}"] = w[f"backbone.output_layer.linear.{key}"][: releases.V - 1].clone()
-    cfg = make({"model": {"hidden_size": releases.D, "cond_dim": releases.COND, "n_blocks": releases.BLOCKS,
-                          "n_heads": releases.HEADS, "length": releases.L},
-                "prime": {"target_length": 2, "base": 225, "carry_over": True}})
-    torch.save({"state_dict": w, "hyper_parameters": {"config": cfg}}, tmp_path / "prime.ckpt")
-    out = import_checkpoint(f"prime-ckpt:{tmp_path / 'prime.ckpt'}", tmp_path / "prime", ema=False)
+    ckpt = release_files / "prime-l2.ckpt"
+    out = import_checkpoint(f"prime-ckpt:{ckpt}", tmp_path / "prime", ema=False)
     imported, _, icfg = harness.load(out)
-    original, _, _ = harness.load(f"prime-ckpt:{tmp_path / 'prime.ckpt'}", ema=False)
+    original, _, _ = harness.load(f"prime-ckpt:{ckpt}", ema=False)
+    g = torch.Generator().manual_seed(5)
     y = original.encode(torch.randint(0, releases.V - 1, (2, releases.L), generator=g))
     y[torch.rand(y.shape, generator=g) < 0.5] = original.base
     assert imported.family == "prime" and icfg.model.ell == 2 and _same_log_probs(imported, original, y)
+    assert json.loads((out / "config.json").read_text())["primebench_import"]["weights"] == "raw"
 
 
 def test_hf_causal_import_round_trips(gpt2_folder, tmp_path):  # noqa: F811
@@ -100,17 +86,15 @@ def test_our_export_round_trips(trained, tmp_path):
         export_checkpoint(f"mdlm-hf:{releases._write(tmp_path / 'm', releases._raw_weights())}", tmp_path / "x")
 
 
-def test_every_release_fixture_loads_and_imports(tmp_path):
+def test_every_release_fixture_loads_and_imports(release_files, tmp_path):
     """The README walkthrough's files: each release layout loads by its prefix and imports to the
     same log-probabilities."""
-    from tests.fixtures.releases import L, write_all
-
-    write_all(tmp_path / "rel")
+    from tests.fixtures.releases import L
     sources = {"mdlm-owt": ("mdlm-hf:", "mdlm"), "mdlm.ckpt": ("mdlm-ckpt:", "mdlm"), "ar.ckpt": ("ar-ckpt:", "arm"),
                "prime-l2.ckpt": ("prime-ckpt:", "prime"), "prime-l2-no-carry-over.ckpt": ("prime-ckpt:", "prime")}
     z = torch.randint(0, 225, (2, L), generator=torch.Generator().manual_seed(0))
     for name, (prefix, family) in sources.items():
-        source = f"{prefix}{tmp_path / 'rel' / name}"
+        source = f"{prefix}{release_files / name}"
         model, tok, _ = harness.load(source)
         assert model.family == family and tok.spec == "gpt2", name
         res = CliRunner().invoke(main, ["import", source, "--out", str(tmp_path / "imp" / name)])
@@ -120,14 +104,11 @@ def test_every_release_fixture_loads_and_imports(tmp_path):
         assert _same_log_probs(imported, model, zz), name
 
 
-def test_release_prime_and_ar_through_genppl_zeroshot_and_precision(tmp_path):
+def test_release_prime_and_ar_through_genppl_zeroshot_and_precision(release_files, tmp_path):
     """prime-ckpt: and ar-ckpt: sources through the other commands; the AR baseline as a judge."""
     import json
 
-    from tests.fixtures.releases import write_all
-
-    write_all(tmp_path / "rel")
-    prime, ar = f"prime-ckpt:{tmp_path / 'rel' / 'prime-l2.ckpt'}", f"ar-ckpt:{tmp_path / 'rel' / 'ar.ckpt'}"
+    prime, ar = f"prime-ckpt:{release_files / 'prime-l2.ckpt'}", f"ar-ckpt:{release_files / 'ar.ckpt'}"
     runner = CliRunner()
     res = runner.invoke(main, ["eval", "genppl", prime, "--samples", "2", "--steps", "4", "--batch-size", "2",
                                "--judge", ar, "--json"])
