@@ -59,10 +59,14 @@ class ARM(ModelFamily):
         positions: str = "rope",
         image_shape: str = "",
         start_token: bool = False,
+        mixer_width: int = 0,
+        mixer_placement: str = "input",
     ):
         from harness.positions import build_positions
 
         hparams = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
+        if mixer_width:  # recorded only when on, so the plain network's hyper-parameters are unchanged
+            hparams.update(mixer_width=int(mixer_width), mixer_placement=mixer_placement)
         super().__init__(
             vocab_size=vocab_size, seq_len=seq_len,
             hparams=dict(hparams, positions=positions, image_shape=image_shape, start_token=start_token),
@@ -76,6 +80,14 @@ class ARM(ModelFamily):
         )
 
     # -- facts --------------------------------------------------------------------------------
+    def scored_positions(self, x0: torch.Tensor, attention_mask=None, corruptible=None) -> torch.Tensor:
+        """The L - 1 shifted targets (the first token is given), or all L with a start token."""
+        scored = self.scored_tokens(x0, attention_mask, corruptible)
+        if not self.start_token:
+            scored = scored.clone()
+            scored[:, 0] = False
+        return scored
+
     @property
     def row_capacity(self) -> int:
         """L + 1 without a start token: the input is the row minus its last token."""

@@ -7,6 +7,9 @@ The backbone maps embedded inputs to logits and knows nothing about masking or s
 * token embedding is replaceable (Prime injects its sub-token embedding, whose input is (B, L, ell));
 * rotary position embeddings on queries and keys, plus an optional additive position module
   ``positions(L) -> (L, D)`` (e.g. :class:`harness.positions.ImagePositions` for pixel layouts);
+* an optional :class:`NeighbourMixer` (``mixer_width`` > 0): each position adds a learned depthwise
+  mix of its neighbours' states (the previous ones only, when causal), once before the blocks
+  (``mixer_placement: input``) or before every block (``blocks``);
 * pre-norm blocks; optional adaLN time conditioning (shift/scale/gate from a time embedding ``c``);
 * attention through ``torch.nn.functional.scaled_dot_product_attention``, bidirectional or causal,
   so the same code runs on CPU in float32 and on CUDA under bf16 autocast;
@@ -39,6 +42,8 @@ class BackboneConfig:
     causal: bool = False
     time_conditioning: bool = False
     cond_dim: int = 64
+    mixer_width: int = 0
+    mixer_placement: str = "input"
 
 
 class TokenEmbedding(nn.Module):
@@ -75,6 +80,30 @@ class Rotary(nn.Module):
         cos, sin = self.cos2[:L].to(x.dtype), self.sin2[:L].to(x.dtype)
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x2, x1) in each pair
         return (x * cos).add_(swapped.mul_(sin))
+
+
+class NeighbourMixer(nn.Module):
+    """Residual depthwise convolution over the sequence: h + conv_w(h), (B, L, D) -> (B, L, D).
+
+    Why: a masked position learns nothing from context until attention has learned to look at its
+    neighbours, while an ARM's own input already predicts the next token; this gives every position
+    its ``width`` nearest neighbours' embeddings (centred; the ``width`` previous ones, itself
+    included, when ``causal``, so an ARM stays autoregressive) from the first step.
+    Padding (``keep`` False) is zeroed before mixing, so it never leaks into real positions."""
+
+    def __init__(self, d_model: int, width: int, causal: bool):
+        super().__init__()
+        if width < 1:
+            raise ValueError(f"mixer width must be >= 1, got {width}")
+        self.width, self.causal = width, causal
+        self.conv = nn.Conv1d(d_model, d_model, width, groups=d_model, bias=False)
+
+    def forward(self, h: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        x = h if keep is None else h * keep[..., None].to(h.dtype)
+        x = x.transpose(1, 2)  # (B, D, L)
+        left = self.width - 1 if self.causal else (self.width - 1) // 2
+        x = F.pad(x, (left, self.width - 1 - left))
+        return h + self.conv(x).transpose(1, 2)
 
 
 class TimeEmbedding(nn.Module):
@@ -186,6 +215,15 @@ class Backbone(nn.Module):
         self.time_embedding = TimeEmbedding(cfg.cond_dim) if cfg.time_conditioning else None
         self.final = FinalLayer(cfg)
         self.drop = nn.Dropout(cfg.dropout)
+        # created last: with mixer_width 0 a seed gives the same weights as before the key existed
+        self.mixer, self.block_mixers = None, None
+        if cfg.mixer_width and cfg.mixer_placement == "blocks":
+            self.block_mixers = nn.ModuleList(NeighbourMixer(cfg.d_model, cfg.mixer_width, cfg.causal)
+                                              for _ in range(cfg.n_layers))
+        elif cfg.mixer_width:
+            if cfg.mixer_placement != "input":
+                raise ValueError(f"mixer_placement must be 'input' or 'blocks', got {cfg.mixer_placement!r}")
+            self.mixer = NeighbourMixer(cfg.d_model, cfg.mixer_width, cfg.causal)
 
     def forward(
         self, inputs: torch.Tensor, t: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
@@ -197,6 +235,8 @@ class Backbone(nn.Module):
         B, L, _ = h.shape
         if L > self.cfg.seq_len:
             raise ValueError(f"sequence length {L} exceeds the backbone's seq_len={self.cfg.seq_len}")
+        if self.mixer is not None:
+            h = self.mixer(h, attention_mask)
         c = None
         if self.time_embedding is not None:
             if t is None:
@@ -210,6 +250,8 @@ class Backbone(nn.Module):
                 mask = mask & torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
             # a row with no visible key would give NaN; let padded queries see themselves
             mask = mask | torch.eye(L, dtype=torch.bool, device=h.device)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            if self.block_mixers is not None:
+                h = self.block_mixers[i](h, attention_mask)
             h = block(h, c, mask)
         return self.final(h, c).float()

@@ -47,6 +47,8 @@ class DataConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation. ``batch_size`` is the global batch (split across DDP ranks and accumulation).
+    ``lr_schedule``: after the linear warmup, ``constant`` (MDLM) or ``cosine`` (down to a tenth of
+    ``lr`` at the last step; :func:`harness.training.lr_at`).
 
     ``sample_grid``: how many samples an image run draws into ``samples.png`` at the end (0: none).
     """
@@ -56,6 +58,7 @@ class TrainConfig:
     grad_accum: int = 1
     lr: float = 3e-4
     warmup: int = 10
+    lr_schedule: str = "constant"
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.999
@@ -136,8 +139,10 @@ def drop_legacy_model_keys(data: dict[str, Any]) -> dict[str, Any]:
     return dict(data, model=kept)
 _CHOICES = {
     ("train", "precision"): ("fp32", "bf16"),
+    ("train", "lr_schedule"): ("constant", "cosine"),
     ("data", "remainder"): ("drop", "pad"),
     ("model", "positions"): ("rope", "image"),
+    ("model", "mixer_placement"): ("input", "blocks"),
 }
 
 
@@ -196,6 +201,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "model.n_heads": (1, None, True, False),
     "model.mlp_ratio": (1, None, True, False),
     "model.dropout": (0, 1, True, False),
+    "model.mixer_width": (0, None, True, False),
     "model.cond_dim": (1, None, True, False),
     "model.ell": (1, None, True, False),
     "data.seq_len": (3, None, True, False),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import threading
@@ -24,7 +25,8 @@ from harness import distributed
 from harness.checkpoint import load_trainer_state, non_finite, read_checkpoint_config, save_checkpoint
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError, Interrupted, NumericalError
-from harness.logging import progress
+from harness.health import Health
+from harness.logging import console, progress
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class TrainResult:
     val_loss: float | None
     tokens_seen: int
     wall_s: float
+    #: the unigram reference of the validation loss's tokens (:mod:`harness.health`)
+    unigram_ref: float | None = None
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -42,12 +46,22 @@ def step_seed(seed: int, step: int, stream: int) -> int:
     return (seed * 1_000_003 + step * 7_919 + stream * 104_729) % (2**63 - 1)
 
 
+#: the floor of the cosine schedule, as a fraction of ``train.lr``
+COSINE_FLOOR = 0.1
+
+
 def lr_at(cfg: Config, step: int) -> float:
-    """MDLM's schedule: linear warmup over ``train.warmup`` steps, then constant ``train.lr``."""
+    """Linear warmup over ``train.warmup`` steps, then ``train.lr_schedule``: ``constant`` (MDLM's)
+    or ``cosine``, a half cosine from ``train.lr`` down to :data:`COSINE_FLOOR` x ``train.lr`` at
+    the last step."""
     t = cfg.train
-    if t.warmup <= 0:
-        return t.lr
-    return t.lr * min(1.0, (step + 1) / t.warmup)
+    if t.warmup > 0 and step + 1 < t.warmup:
+        return t.lr * (step + 1) / t.warmup
+    if t.lr_schedule == "cosine":
+        span = max(1, t.steps - max(t.warmup, 1))
+        frac = min(1.0, max(0.0, (step + 1 - max(t.warmup, 1)) / span))
+        return t.lr * (COSINE_FLOOR + (1 - COSINE_FLOOR) * 0.5 * (1 + math.cos(math.pi * frac)))
+    return t.lr
 
 
 @dataclass(frozen=True)
@@ -342,6 +356,8 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
     train_data, valid_data = load_training_data(cfg, tokenizer, corpus)
     rows, masks = train_data.input_ids, train_data.attention_mask
     model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
+    health = Health.build(model, train_data, valid_data, n_rows=cfg.train.eval_batches * cfg.train.batch_size,
+                          steps=cfg.train.steps, seed=step_seed(cfg.seed, 0, 98))
     ema = EMA(model, cfg.train.ema)
     opt = make_optimizer(model, lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2),
                          weight_decay=cfg.train.weight_decay)
@@ -446,7 +462,12 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
             if done % cfg.train.eval_every == 0 or done == cfg.train.steps:
                 with ema.swapped_in(model):
                     val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
-                record["val_loss_ema"] = val_loss
+                    model.eval()
+                    record.update(val_loss_ema=val_loss, **health.measure(model, step=done, val_loss=val_loss,
+                                                                          device=info.device))
+                    model.train()
+                if "warning" in record and info.is_main:
+                    console().print(f"[yellow]warning:[/] {cfg.name}: {record['warning']}")
             elapsed = time.time() - t0
             tps = (done - start_step) * tokens_per_step / max(elapsed, 1e-9)
             bar.update(task, completed=done, loss=last_loss, tps=tps)
@@ -477,4 +498,5 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
         with ema.swapped_in(model):
             layout = get_image_dataset(parse_image_spec(cfg.data.corpus).with_split(cfg.data.train_split))
             write_sample_grid(model, layout, out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)
-    return TrainResult(out=out, step=end, train_loss=last_loss, val_loss=val_loss, tokens_seen=end * tokens_per_step, wall_s=wall)
+    return TrainResult(out=out, step=end, train_loss=last_loss, val_loss=val_loss, tokens_seen=end * tokens_per_step,
+                       wall_s=wall, unigram_ref=health.unigram_ref)

@@ -30,10 +30,11 @@ def eval_group():
 @click.option("--carry-over/--no-carry-over", default=None, help="Prime: evaluate with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.")
 @click.option("--ema/--no-ema", default=True, show_default=True, help="Evaluate the EMA weights (as MDLM does) or the raw ones. Recorded.")
 @click.option("--ignore-bos", is_flag=True, help="Give the first position of every row as context, never masked or scored (BD3-LMs' zero-shot protocol). Recorded.")
+@click.option("--references/--no-references", default=True, show_default=True, help="Score the unigram and bigram references (fitted on the train split) on the same tokens, into the record's references.")
 @click.option("--device", default="cpu", show_default=True)
 @out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
-def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_samples, batch_size, estimator, time_sampler, seed, max_rows, carry_over, ema, ignore_bos, device, out, as_json):
+def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_samples, batch_size, estimator, time_sampler, seed, max_rows, carry_over, ema, ignore_bos, references, device, out, as_json):
     """Perplexity of CHECKPOINT: exact for the ARM, a bound for MDLM/masked/Prime (and Prime's paper objective)."""
     from harness.cli.emit import emit_record
     from harness.evaluation.ppl import run_ppl
@@ -46,7 +47,7 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
     record = run_ppl(
         checkpoint, data=data, seq_len=seq_len, wrap=wrap, eos_between_docs=eos_between_docs, remainder=remainder,
         mc_samples=mc_samples, batch_size=batch_size, estimator=estimator, time_sampler=time_sampler, seed=seed,
-        max_rows=max_rows, device=device, ignore_bos=ignore_bos, carry_over=carry_over, ema=ema,
+        max_rows=max_rows, device=device, ignore_bos=ignore_bos, carry_over=carry_over, ema=ema, references=references,
     )
     emit_record(record, out=out, as_json=as_json, render=render_ppl)
 

@@ -37,6 +37,7 @@ def train_cmd(config, overrides, out, resume, restart, stop_after, device, as_js
         "step": result.step,
         "train_loss": result.train_loss,
         "val_loss_ema": result.val_loss,
+        "unigram_ref": result.unigram_ref,
         "tokens_seen": result.tokens_seen,
         "wall_s": round(result.wall_s, 2),
     }

@@ -219,10 +219,13 @@ def run_ppl(
     ignore_bos: bool = False,
     carry_over: bool | None = None,
     ema: bool = True,
+    references: bool = True,
 ) -> dict:
     """Evaluate a checkpoint's perplexity (or bound) on a dataset and return a result record.
 
-    ``ignore_bos``: the first position of every row is context, never masked or scored (BD3-LMs)."""
+    ``ignore_bos``: the first position of every row is context, never masked or scored (BD3-LMs).
+    ``references``: also score the unigram and bigram references (:mod:`harness.metrics.references`)
+    on the same tokens, into the record's ``references`` (text data only)."""
     import time as _time
     from pathlib import Path
 
@@ -235,6 +238,7 @@ def run_ppl(
     info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     d = cfg.data
     image_spec = _image_spec(data, cfg)
+    refs = None
     if image_spec is not None:
         if ignore_bos:
             raise DataError("--ignore-bos applies to text rows ([BOS] chunk [EOS]); image rows have no BOS",
@@ -281,6 +285,64 @@ def run_ppl(
             **shared,
             "estimators": kinds,
         }
+        if references:
+            scored = model.scored_positions(ids, mask, _first_given(mask) if ignore_bos else None)
+            refs = text_references(dataset, cfg, tokenizer, ids, mask, scored, seq_len=L, packing=packing,
+                                   tokens_scored=shared["tokens_scored"])
     protocol.update(model.protocol(), weights="EMA" if ema else "raw")
-    return make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
-                       seed=seed, device=str(model.device), wall_s=_time.time() - t0)
+    record = make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
+                         seed=seed, device=str(model.device), wall_s=_time.time() - t0,
+                         extra=None if refs is None else {"references": refs})
+    warn_if_not_learned(record)
+    return record
+
+
+def warn_if_not_learned(record: dict) -> bool:
+    """Say on stderr when the record's NLL is not below the unigram reference of its tokens."""
+    from harness.logging import console
+    from harness.metrics.references import NOT_LEARNED, no_better_than_unigram
+
+    nll = record["metrics"].get("nll")
+    refs = record.get("references")
+    if nll is None or not no_better_than_unigram(nll["value"], refs):
+        return False
+    console().print(f"[yellow]warning:[/] {record['model']['name']}: NLL {nll['value']:.4f} is {NOT_LEARNED} "
+                    f"(unigram reference {refs['unigram']['nll']['value']:.4f} nats/token on the same tokens)")
+    return True
+
+
+def _first_given(mask: torch.Tensor) -> torch.Tensor:
+    """``corruptible`` of ``--ignore-bos``: every real token but the first of each row."""
+    corruptible = mask.bool().clone()
+    corruptible[:, 0] = False
+    return corruptible
+
+
+def text_references(dataset, cfg, tokenizer, ids, mask, scored, *, seq_len: int, packing: dict,
+                    tokens_scored: float) -> dict:
+    """The unigram and bigram references of the scored tokens, fitted on a train split packed as the
+    scored data: the scored corpus's train split when it has one other than the scored split, else
+    the checkpoint's own training corpus (named in ``fit_on``, with a note)."""
+    from harness.data import get_packed
+    from harness.data.corpora import get_corpus
+    from harness.errors import DataError
+    from harness.metrics.references import fit_counts, references_block
+
+    train = cfg.data.train_split
+    note = None
+    if train in dataset.corpus.splits and train != dataset.split and dataset.corpus.splits[train]:
+        corpus = dataset.corpus
+    else:
+        corpus = get_corpus(cfg.data.corpus)
+        note = (f"{dataset.name} has no {train!r} split apart from the scored one; the references are fitted on "
+                f"the checkpoint's training corpus {cfg.data.corpus}:{train}")
+        if train not in corpus.splits or not corpus.splits[train]:
+            raise DataError(f"no train split to fit the unigram/bigram references on ({dataset.name}, {cfg.data.corpus})",
+                            fix="evaluate with --no-references, or on a corpus with a train split")
+    fit = get_packed(corpus, train, tokenizer=tokenizer, seq_len=seq_len, **packing)
+    counts = fit_counts(fit.input_ids, fit.attention_mask, vocab_size=tokenizer.vocab_size)
+    block = references_block(counts, ids, scored, mask, fit_on=f"{corpus.spec}:{train}", note=note)
+    if block["tokens_scored"] != int(tokens_scored):
+        raise RuntimeError(f"the references counted {block['tokens_scored']} tokens where the model scored "
+                           f"{int(tokens_scored)}: the family's scored_positions disagrees with its nll")
+    return block

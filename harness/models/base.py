@@ -31,7 +31,11 @@ class ModelConfig:
 
     ``positions``: ``rope`` (1-D rotary only) or ``image`` (rotary plus learned row/column/channel
     embeddings, :mod:`harness.positions`); ``image_shape`` ``"HxWxC"`` is filled in from an
-    ``image:`` corpus at train time. Families add their own keys in subclasses.
+    ``image:`` corpus at train time. ``mixer_width``: 0 for the plain DiT; w > 0 adds a residual
+    depthwise convolution of width w (:class:`harness.backbone.NeighbourMixer`; causal for the
+    ARM), the same for every family: once over the embedded sequence (``mixer_placement: input``)
+    or before every block (``blocks``).
+    Families add their own keys in subclasses.
     """
 
     family: str = "arm"
@@ -42,13 +46,16 @@ class ModelConfig:
     dropout: float = 0.0
     positions: str = "rope"
     image_shape: str = ""
+    mixer_width: int = 0
+    mixer_placement: str = "input"
 
     def check(self) -> None:
         """Checks across this family's keys; raise :class:`harness.errors.ConfigError`."""
 
     def backbone_keys(self) -> dict[str, Any]:
         return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                    mlp_ratio=self.mlp_ratio, dropout=self.dropout)
+                    mlp_ratio=self.mlp_ratio, dropout=self.dropout, mixer_width=self.mixer_width,
+                    mixer_placement=self.mixer_placement)
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,10 @@ class ModelFamily(nn.Module):
         """(B, L) bool: real tokens (``attention_mask``) that may be corrupted (``corruptible``)."""
         scored = torch.ones_like(x0, dtype=torch.bool) if attention_mask is None else attention_mask.to(torch.bool)
         return scored if corruptible is None else scored & corruptible.to(torch.bool)
+
+    def scored_positions(self, x0: torch.Tensor, attention_mask=None, corruptible=None) -> torch.Tensor:
+        """(B, L) bool: the positions whose tokens a row's NLL counts (the denominator of nats/token)."""
+        return self.scored_tokens(x0, attention_mask, corruptible)
 
     # -- the interface -----------------------------------------------------------------------
     def forward(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:

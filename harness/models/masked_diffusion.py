@@ -77,6 +77,8 @@ class MaskedDiffusion(ModelFamily):
         dropout: float = 0.0,
         positions: str = "rope",
         image_shape: str = "",
+        mixer_width: int = 0,
+        mixer_placement: str = "input",
         schedule: str = "loglinear",
         time_conditioning: bool = False,
         cond_dim: int = 64,
@@ -87,6 +89,8 @@ class MaskedDiffusion(ModelFamily):
         from harness.schedules import get_schedule
 
         shape = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
+        if mixer_width:  # recorded only when on, so the plain DiT's hyper-parameters are unchanged
+            shape.update(mixer_width=int(mixer_width), mixer_placement=mixer_placement)
         super().__init__(vocab_size=vocab_size, seq_len=seq_len, hparams=dict(
             shape, schedule=schedule, positions=positions, image_shape=image_shape, **(extra_hparams or {})))
         self.time_conditioning = bool(time_conditioning)
@@ -157,6 +161,28 @@ class MaskedDiffusion(ModelFamily):
         log_p = self.log_probs(z_t, None if t is None else t.float(), attention_mask)
         nats = self.unit_terms(log_p, x0, units, masked, self.train_estimator, tokens).sum(-1)
         return (weight.to(torch.float32) * nats).sum() / tokens.sum().clamp_min(1)
+
+    @torch.no_grad()
+    def masked_cross_entropy(self, x0: torch.Tensor, *, rate: float, generator: torch.Generator | None = None,
+                             attention_mask=None) -> float:
+        """Mean -log p(x_0^i | z) (nats) over the tokens with a masked unit, each real unit masked
+        independently with probability ``rate`` (every unit at rate 1); a time-conditioned network
+        gets the t whose mask probability is ``rate``. Training health compares rate 0.15 with rate
+        1: a network that uses context predicts the few masked tokens far better than the unigram."""
+        self.check_tokens(x0)
+        tokens = self.scored_tokens(x0, attention_mask, None)
+        units = self.units(x0)
+        valid = self.unit_mask(tokens)
+        drop = valid if rate >= 1 else valid & (torch.rand(units.shape, generator=generator, device="cpu")
+                                                .to(units.device) < rate)
+        z = units.masked_fill(drop, self.mask_id)
+        t = None
+        if self.time_conditioning:
+            t = self.schedule.t_from_alpha(torch.full((x0.shape[0],), 1.0 - min(rate, 1.0 - 1e-6))).float().to(x0.device)
+        log_p = self.log_probs(z, t, attention_mask)
+        masked = drop if drop.dim() == x0.dim() else drop.any(-1)
+        true = log_p.gather(-1, x0[..., None]).squeeze(-1)
+        return float(-true[masked].double().mean()) if bool(masked.any()) else float("nan")
 
     @torch.no_grad()
     def nll(

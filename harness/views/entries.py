@@ -62,6 +62,8 @@ class Entry:
     order: int = UNRANKED
     model: dict[str, Any] = field(default_factory=dict)
     created: str | None = None
+    #: the record's ``references`` (unigram and bigram cross-entropy of the same tokens), if any
+    references: dict[str, Any] | None = None
 
 
 def entries(records: Sequence[dict[str, Any]]) -> list[Entry]:
@@ -85,7 +87,8 @@ def entries(records: Sequence[dict[str, Any]]) -> list[Entry]:
                              protocol=flatten(protocol), metrics=metrics,
                              family_label=str(model.get("label") or family),
                              order=order if isinstance(order, int) else UNRANKED,
-                             model=model, created=(rec.get("provenance") or {}).get("created")))
+                             model=model, created=(rec.get("provenance") or {}).get("created"),
+                             references=rec.get("references") if isinstance(rec.get("references"), dict) else None))
     return out
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from harness.metrics.references import NOT_LEARNED, no_better_than_unigram
 from harness.views.entries import TITLES, Layout, entries, extra_metrics, metric_cell, sort_key, unique_labels
 from harness.views.footnotes import apply_flags, count_note, differences, family_info, legend, shared_title, units_note
-from harness.views.table import Cell, Column, Table
+from harness.views.table import Cell, Column, Footnote, Table
+
+#: the mark after a model that is no better than the unigram reference of its own tokens
+NOT_LEARNED_MARK = "(!)"
 
 # PPL records: the packing statistics follow from the data and the packing settings.
 PPL_IGNORED = frozenset({"rows_scored", "tokens_scored"} | {f"packing.{k}" for k in (
@@ -53,8 +57,14 @@ def ppl_table(records, spec: Layout) -> Table:
     columns += [Column("tokens_scored", "tokens scored"), Column("protocol", "protocol", False)]
     shared_data = len({json.dumps(e.protocol.get("data"), default=str) for e in items}) == 1
     rows, targets = [], []
+    flagged = []
     for e in items:
-        cells = [Cell(text=e.label), Cell(text=e.family_label), metric_cell(e.metrics.get("ppl"), "ppl"),
+        nll = (e.metrics.get("nll") or {}).get("value")
+        label = e.label
+        if nll is not None and no_better_than_unigram(nll, e.references):
+            flagged.append(e.label)
+            label = f"{e.label} {NOT_LEARNED_MARK}"
+        cells = [Cell(text=label), Cell(text=e.family_label), metric_cell(e.metrics.get("ppl"), "ppl"),
                  metric_cell(e.metrics.get("nll"), "nll"),
                  Cell(text=str((e.metrics.get("ppl") or e.metrics.get("nll") or {}).get("kind", "-")))]
         if paper:
@@ -67,12 +77,49 @@ def ppl_table(records, spec: Layout) -> Table:
         targets.append([(0, "", e.label)])
     diff_notes, flags = differences([("", items)], PPL_IGNORED, ())
     apply_flags(rows, targets, flags)
-    notes = legend(rows) + diff_notes + family_info(items)
+    ref_rows, ref_notes = reference_rows(items, len(columns), paper=paper, extra=len(extra))
+    notes = legend(rows) + diff_notes + family_info(items) + ref_notes
+    if flagged:
+        notes.append(Footnote(None, f"{NOT_LEARNED_MARK} {', '.join(flagged)}: {NOT_LEARNED} (its NLL is not below the "
+                                    "unigram reference of its own scored tokens)"))
+    rows += ref_rows
     units = units_note(items, [n for n in ("ppl", "nll", *extra) if any(n in e.metrics for e in items)])
     notes += [units] if units else []
     notes.append(count_note(len(records), {str(r.get("evaluation")) for r in records}))
     title = shared_title(spec.title, items, ("data",))
     return Table("ppl", title, tuple(columns), tuple(tuple(r) for r in rows), tuple(notes), len(records))
+
+
+def reference_rows(items, n_columns: int, *, paper: bool, extra: int) -> tuple[list[list[Cell]], list[Footnote]]:
+    """Rows labelled ``reference`` (unigram, bigram) under the models: one pair per distinct set of
+    scored tokens (a family's token convention, the rows and the train split they were fitted on),
+    naming the models it belongs to when there is more than one set."""
+    groups: dict[str, tuple[dict, list[str]]] = {}
+    for e in items:
+        refs = e.references
+        if not refs or "unigram" not in refs:
+            continue
+        key = json.dumps([refs.get("fit_on"), refs.get("tokens_scored"), refs["unigram"]["nll"]["value"],
+                          refs["bigram"]["nll"]["value"]])
+        groups.setdefault(key, (refs, []))[1].append(e.label)
+    rows = []
+    for refs, labels in groups.values():
+        whose = f"; tokens of {', '.join(labels)}" if len(groups) > 1 else ""
+        for name in ("unigram", "bigram"):
+            cells = [Cell(text=name), Cell(text="reference"), metric_cell(refs[name]["ppl"], "ppl"),
+                     metric_cell(refs[name]["nll"], "nll"), Cell(text="exact")]
+            cells += [Cell(), Cell()] if paper else []
+            cells += [Cell() for _ in range(extra)]
+            cells += [Cell(value=float(refs["tokens_scored"]), kind="exact", stderr=0.0, decimals=0),
+                      Cell(text=f"fitted on {refs.get('fit_on')}{whose}")]
+            assert len(cells) == n_columns
+            rows.append(cells)
+    notes = []
+    if rows:
+        notes.append(Footnote(None, "reference rows: the exact cross-entropy of a smoothed unigram and bigram model "
+                                    "fitted on the train split, on the same scored tokens (a model that learned "
+                                    "nothing from context sits at the unigram row)"))
+    return rows, notes
 
 
 LAYOUT = Layout("ppl", ("ppl",), "Perplexity", build=ppl_table)
@@ -93,8 +140,18 @@ def render_ppl(record: dict) -> None:
         label = "paper objective (not a bound)" if m["kind"] == "paper-objective" else m["kind"]
         se = "n/a" if m["stderr"] is None else f"{m['stderr']:.4f}"
         table.add_row(name, label, f"{mark}{m['value']:.4f}", se, m["units"])
+    refs = record.get("references") or {}
+    for name in ("unigram", "bigram"):
+        if name in refs:
+            for metric in ("nll", "ppl"):
+                m = refs[name][metric]
+                table.add_row(f"{name} reference ({metric})", "exact", f"{m['value']:.4f}", "0.0000", m["units"])
     console = stdout_console()
     console.print(table)
+    if refs:
+        note = f"; {refs['note']}" if refs.get("note") else ""
+        console.print(f"references fitted on {refs['fit_on']} ({refs['train_tokens']} tokens), scored on the same "
+                      f"{refs['tokens_scored']} tokens{note}")
     if "height" in p:  # images: one image per row, no packing
         console.print(
             f"dimensions scored {p['tokens_scored']:.0f} in {p['rows_scored']} images of "

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from harness.backbone import Backbone, BackboneConfig
@@ -75,3 +76,43 @@ def test_too_long_sequence_rejected():
         assert "seq_len" in str(exc)
     else:
         raise AssertionError("expected a ValueError")
+
+
+@pytest.mark.parametrize("placement", ["input", "blocks"])
+def test_neighbour_mixer_keeps_the_causal_backbone_causal_and_padding_out(placement):
+    b = _randomize(Backbone(_cfg(causal=True, mixer_width=3, mixer_placement=placement))).eval()
+    x = torch.randint(0, 11, (2, 12))
+    y = x.clone()
+    y[:, 7:] = (y[:, 7:] + 1) % 11
+    assert torch.allclose(b(x)[:, :7], b(y)[:, :7], atol=1e-6)
+    assert not torch.allclose(b(x)[:, 7:], b(y)[:, 7:])
+    bi = _randomize(Backbone(_cfg(mixer_width=5, mixer_placement=placement))).eval()
+    mask = torch.ones(1, 12, dtype=torch.long)
+    mask[:, 8:] = 0
+    z = x[:1].clone()
+    w = z.clone()
+    w[:, 8:] = (w[:, 8:] + 3) % 11  # padding next to real tokens: the mixer must not carry it in
+    assert torch.allclose(bi(z, attention_mask=mask)[:, :8], bi(w, attention_mask=mask)[:, :8], atol=1e-6)
+
+
+def test_neighbour_mixer_mixes_the_width_nearest_embeddings():
+    from harness.backbone import NeighbourMixer
+
+    h = torch.randn(1, 6, 2)
+    for causal, taps in ((False, (-1, 0, 1)), (True, (-2, -1, 0))):
+        mixer = NeighbourMixer(2, 3, causal)
+        with torch.no_grad():
+            mixer.conv.weight.copy_(torch.tensor([[[1.0, 10.0, 100.0]], [[1.0, 10.0, 100.0]]]))
+        out = mixer(h)
+        for i in range(6):  # weight k of the kernel meets the neighbour at offset taps[k]
+            want = h[0, i] + sum(w * h[0, i + o] for w, o in zip((1.0, 10.0, 100.0), taps) if 0 <= i + o < 6)
+            assert torch.allclose(out[0, i], want, atol=1e-5)
+
+
+def test_a_zero_width_mixer_creates_no_parameters():
+    torch.manual_seed(3)
+    plain = Backbone(_cfg())
+    torch.manual_seed(3)
+    keyed = Backbone(_cfg(mixer_width=0))
+    assert keyed.mixer is None
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), keyed.state_dict().values()))

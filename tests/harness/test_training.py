@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -227,3 +228,49 @@ def test_same_run_gives_the_same_checkpoint_bytes(tmp_path):
     train(cfg, tmp_path / "b", quiet=True)
     for name in ("model.safetensors", "trainer_state.pt", "config.yaml"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_training_health_logs_the_references_and_warns_on_the_plateau(trained):
+    """Every evaluation line carries the unigram reference; masked families add the context gain;
+    a diffusion model still at the unigram reference at half of its steps is warned about once."""
+    from harness.health import PLATEAU_MARGIN
+
+    for family in ("arm", "mdlm", "prime"):
+        lines = [json.loads(line) for line in (trained(family) / "train_log.jsonl").read_text().splitlines()]
+        evals = [r for r in lines if "val_loss_ema" in r]
+        assert evals and all(math.isfinite(r["unigram_ref"]) for r in evals), family
+        last = evals[-1]
+        if family == "arm":
+            assert "context_gain" not in last and "warning" not in last
+            continue
+        assert last["context_gain"] == pytest.approx(last["ce_all_masked"] - last["ce_masked_15"])
+        plateau = last["val_loss_ema"] > last["unigram_ref"] - PLATEAU_MARGIN
+        assert plateau and "has not learned to use context" in last["warning"]  # 20 tiny steps learn nothing
+
+
+def test_masked_cross_entropy_by_rate(trained):
+    import harness
+
+    model, _, _ = harness.load(trained("mdlm"))
+    x = torch.randint(0, model.vocab_size, (4, model.seq_len), generator=torch.Generator().manual_seed(0))
+    every = model.masked_cross_entropy(x, rate=1.0)
+    with torch.no_grad():  # rate 1: every token masked, the plain cross-entropy of the all-masked marginal
+        z = torch.full_like(x, model.mask_id)
+        want = -model.log_probs(z, None).gather(-1, x[..., None]).mean()
+    assert every == pytest.approx(float(want), rel=1e-5)
+    few = model.masked_cross_entropy(x, rate=0.15, generator=torch.Generator().manual_seed(1))
+    assert math.isfinite(few)
+
+
+def test_lr_schedules():
+    from harness.training import COSINE_FLOOR, lr_at
+
+    const = load_config("tiny/mdlm", ["train.steps=100", "train.warmup=10", "train.lr=0.01"])
+    assert [lr_at(const, s) for s in (0, 4, 9, 50, 99)] == pytest.approx([0.001, 0.005, 0.01, 0.01, 0.01])
+    cos = load_config("tiny/mdlm", ["train.steps=100", "train.warmup=10", "train.lr=0.01", "train.lr_schedule=cosine"])
+    lrs = [lr_at(cos, s) for s in range(100)]
+    assert lrs[:10] == pytest.approx([0.001 * (s + 1) for s in range(10)])  # the same warmup
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))  # then never rises
+    assert lrs[99] == pytest.approx(COSINE_FLOOR * 0.01) and lrs[54] == pytest.approx(0.01 * (1 + COSINE_FLOOR) / 2, rel=0.02)
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        load_config("tiny/mdlm", ["train.lr_schedule=linear"])

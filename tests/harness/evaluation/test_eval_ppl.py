@@ -125,3 +125,48 @@ def test_ignore_bos_gives_position_zero_as_context(trained):
     assert ignored["metrics"]["nll"]["value"] != plain["metrics"]["nll"]["value"]
     with pytest.raises(DataError, match="ignore-bos"):
         run_ppl(trained("mdlm"), data="image:digits:test", ignore_bos=True)
+
+
+@pytest.mark.parametrize("family", ["arm", "mdlm", "prime"])
+def test_references_are_scored_on_the_models_own_tokens(trained, family):
+    """The unigram reference equals an independent computation on the same rows and positions:
+    L - 1 targets per row for the ARM, all L for the diffusion families (and the ignore-BOS rows)."""
+    import torch
+
+    from harness import load
+    from harness.data import get_packed
+
+    rec = run_ppl(trained(family), max_rows=6)
+    refs = rec["references"]
+    assert refs["tokens_scored"] == rec["protocol"]["tokens_scored"] == 6 * (63 if family == "arm" else 64)
+    assert refs["fit_on"] == "wiki-embedded:train" and refs["unigram"]["nll"]["kind"] == "exact"
+    _, tok, cfg = load(trained(family))
+    train = get_packed("wiki-embedded", "train", tokenizer=tok, seq_len=64)
+    valid = get_packed("wiki-embedded", "validation", tokenizer=tok, seq_len=64).input_ids[:6]
+    n = torch.bincount(train.input_ids[train.attention_mask.bool()], minlength=tok.vocab_size).double()
+    p = (n + 1) / (n.sum() + tok.vocab_size)
+    scored = valid[:, 1:] if family == "arm" else valid
+    assert refs["unigram"]["nll"]["value"] == pytest.approx(float(-p[scored].log().mean()), rel=1e-9)
+    assert refs["bigram"]["nll"]["value"] < refs["unigram"]["nll"]["value"]  # text has bigram structure
+    if family != "arm":
+        bos = run_ppl(trained(family), max_rows=6, ignore_bos=True)["references"]
+        assert bos["tokens_scored"] == 6 * 63
+
+
+def test_a_model_no_better_than_unigram_is_flagged_in_the_table_and_on_stderr(trained, tmp_path):
+    from harness.views import build_table, render
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["eval", "ppl", str(trained("mdlm")), "--max-rows", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    record = json.loads(next(tmp_path.glob("ppl-*.json")).read_text())
+    flagged = record["metrics"]["nll"]["value"] >= record["references"]["unigram"]["nll"]["value"]
+    assert flagged  # 20 steps of a tiny model do not beat the unigram model
+    assert "no better than a unigram model" in res.stderr and "unigram reference (nll)" in res.stdout
+    text = render(build_table([record], "ppl"), "md")
+    assert "| unigram | reference |" in text and "| bigram | reference |" in text and "(!)" in text
+    fake = json.loads(json.dumps(record))
+    fake["metrics"]["nll"]["value"] = record["references"]["unigram"]["nll"]["value"] - 0.5
+    assert "(!)" not in render(build_table([fake], "ppl"), "md")
+    off = runner.invoke(main, ["eval", "ppl", str(trained("mdlm")), "--max-rows", "2", "--no-references", "--json"])
+    assert off.exit_code == 0 and "references" not in json.loads(off.stdout)
