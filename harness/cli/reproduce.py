@@ -14,7 +14,7 @@ from harness.cli.options import out_option
 
 @click.group("reproduce")
 def reproduce_group():
-    """Regenerate a paper-style comparison: quickstart (this machine, ~15 min), precision, small, and the
+    """Regenerate a paper-style comparison: quickstart (this machine, ~10 min), precision, small, and the
     paper-scale presets (owt, zeroshot, genppl, cifar10-fid; precision --paper) with --dry-run."""
 
 

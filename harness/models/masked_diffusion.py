@@ -165,22 +165,21 @@ class MaskedDiffusion(ModelFamily):
     @torch.no_grad()
     def masked_cross_entropy(self, x0: torch.Tensor, *, rate: float, generator: torch.Generator | None = None,
                              attention_mask=None) -> float:
-        """Mean -log p(x_0^i | z) (nats) over the tokens with a masked unit, each real unit masked
-        independently with probability ``rate`` (every unit at rate 1); a time-conditioned network
-        gets the t whose mask probability is ``rate``. Training health compares rate 0.15 with rate
-        1: a network that uses context predicts the few masked tokens far better than the unigram."""
+        """Mean -log p(x_0^i | z) (nats) over the masked tokens, each real token masked whole (all of
+        its units) independently with probability ``rate`` (every token at rate 1); a time-conditioned
+        network gets the t whose mask probability is ``rate``. Training health compares rate 0.15
+        with rate 1: a network that uses its context predicts the few masked tokens far better than
+        the unigram. Tokens are masked whole so that a sub-token model is not credited for the
+        visible digits of a partly masked token."""
         self.check_tokens(x0)
         tokens = self.scored_tokens(x0, attention_mask, None)
-        units = self.units(x0)
-        valid = self.unit_mask(tokens)
-        drop = valid if rate >= 1 else valid & (torch.rand(units.shape, generator=generator, device="cpu")
-                                                .to(units.device) < rate)
-        z = units.masked_fill(drop, self.mask_id)
+        masked = tokens if rate >= 1 else tokens & (torch.rand(x0.shape, generator=generator, device="cpu")
+                                                    .to(x0.device) < rate)
+        z = self.units(x0).masked_fill(self.unit_mask(masked), self.mask_id)
         t = None
         if self.time_conditioning:
             t = self.schedule.t_from_alpha(torch.full((x0.shape[0],), 1.0 - min(rate, 1.0 - 1e-6))).float().to(x0.device)
         log_p = self.log_probs(z, t, attention_mask)
-        masked = drop if drop.dim() == x0.dim() else drop.any(-1)
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return float(-true[masked].double().mean()) if bool(masked.any()) else float("nan")
 

@@ -83,7 +83,9 @@ def _label(record: dict[str, Any]) -> str:
 
 def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:
     """Bars of NLL (nats/token) per model: the exact NLL or the valid bound, and Prime's paper
-    objective beside it (hatched, labelled not a bound), with one-standard-error bars."""
+    objective beside it (hatched, labelled not a bound), with one-standard-error bars; the unigram
+    and bigram references of the scored tokens as vertical lines (those of the last record that has
+    them: the families' token counts differ by one per row, which moves them by about 0.01)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 0.6 * max(3, len(records)) + 1.8))
@@ -106,6 +108,12 @@ def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Pa
             shown.add("paper")
         labels.append((y - (0.2 if joint is not None else 0.0), _label(r)))
         y -= 1.2
+    refs = next((r["references"] for r in reversed(records) if isinstance(r.get("references"), dict)
+                 and "unigram" in r["references"]), None)
+    if refs is not None:
+        for name, style in (("unigram", "--"), ("bigram", ":")):
+            ax.axvline(refs[name]["nll"]["value"], color="gray", linestyle=style, linewidth=1,
+                       label=f"{name} reference")
     ax.set_yticks([p for p, _ in labels], [n for _, n in labels])
     ax.set_xlabel("nats per token (lower is better; ± one standard error)")
     ax.set_title(title)
@@ -134,6 +142,55 @@ def plot_genppl(records: Sequence[dict[str, Any]], path: Path, *, title: str) ->
     ax.set_xlabel("unigram entropy per sample (nats, model ids)")
     judge = next((r.get("protocol", {}).get("judge") for r in records), None)
     ax.set_ylabel(f"Gen PPL under {judge}")
+    ax.set_title(title)
+    ax.legend(fontsize="x-small", ncol=2)
+    return _save(fig, path)
+
+
+def training_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, list[tuple[int, float]], float | None]]:
+    """(label, [(step, validation loss)], unigram reference) per record whose checkpoint folder holds a
+    training log with evaluations (imported checkpoints and runs without one are left out)."""
+    import json
+
+    curves = []
+    for r in records:
+        log = Path(str(r.get("model", {}).get("checkpoint", ""))) / "train_log.jsonl"
+        if not log.is_file():
+            continue
+        points, ref = [], None
+        for line in log.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a torn last line
+            if "val_loss_ema" in entry:
+                points.append((int(entry["step"]), float(entry["val_loss_ema"])))
+                ref = entry.get("unigram_ref", ref)
+        if points:
+            curves.append((_label(r), points, None if ref is None else float(ref)))
+    return curves
+
+
+def plot_training(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path | None:
+    """Validation loss of the EMA weights (each family's training objective, 4 batches) against
+    steps, with each model's unigram reference of the same tokens dashed in its colour: a model on
+    the unigram plateau runs along its line. None when no record's checkpoint has a training log."""
+    from matplotlib.figure import Figure
+
+    curves = training_curves(records)
+    if not curves:
+        return None
+    fig = Figure(figsize=(7.0, 4.5))
+    ax = fig.add_subplot(1, 1, 1)
+    drawn: dict[float, Any] = {}
+    for name, points, ref in curves:
+        line = ax.plot([s for s, _ in points], [v for _, v in points], marker="o", markersize=3, label=name)[0]
+        if ref is not None and round(ref, 3) not in drawn:
+            drawn[round(ref, 3)] = ax.axhline(ref, color=line.get_color(), linestyle="--", linewidth=1)
+    if drawn:
+        ax.plot([], [], color="gray", linestyle="--", linewidth=1, label="unigram reference of the same tokens")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation loss (nats/token)")
     ax.set_title(title)
     ax.legend(fontsize="x-small", ncol=2)
     return _save(fig, path)
@@ -185,7 +242,8 @@ def write_report(result) -> list[Path]:
     paths.append(plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"))
     paths.append(plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float32 vs float64"))
     paths.append(plot_record(result.precision, out / "precision.png"))
-    return paths
+    training = plot_training(result.ppl, out / "training.png", title="Validation loss during training, against the unigram reference")
+    return paths + ([training] if training else [])
 
 
 def _rows_by(record: dict[str, Any]) -> dict[tuple[Any, str], dict[str, Any]]:
@@ -433,10 +491,12 @@ def write_small_report(result) -> list[Path]:
     return [atomic_write_text(out / "tables.md", sections_markdown("primebench reproduce small", small_sections(result),
                                                                    preamble)),
             plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"),
-            plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float64")]
+            plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float64")] + [
+            p for p in [plot_training(result.ppl, out / "training.png",
+                                      title="Validation loss during training, against the unigram reference")] if p]
 
 
-__all__ = ["Section", "drop_table", "gap_table", "published_table", "write_preset_report", "idle_table", "small_sections", "write_small_report", "plot_precision_comparison", "precision_sections", "precision_table", "write_precision_report", "plot_genppl", "plot_nll", "print_sections", "quickstart_sections", "sections_markdown",
+__all__ = ["plot_training", "training_curves", "Section", "drop_table", "gap_table", "published_table", "write_preset_report", "idle_table", "small_sections", "write_small_report", "plot_precision_comparison", "precision_sections", "precision_table", "write_precision_report", "plot_genppl", "plot_nll", "print_sections", "quickstart_sections", "sections_markdown",
            "write_report"]
 
 

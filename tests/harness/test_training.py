@@ -248,18 +248,24 @@ def test_training_health_logs_the_references_and_warns_on_the_plateau(trained):
         assert plateau and "has not learned to use context" in last["warning"]  # 20 tiny steps learn nothing
 
 
-def test_masked_cross_entropy_by_rate(trained):
+@pytest.mark.parametrize("family", ["mdlm", "prime"])
+def test_masked_cross_entropy_by_rate(trained, family):
+    """Rate 1 is the cross-entropy of the all-masked marginal; tokens are masked whole (every
+    sub-token of a Prime token), so a rate-0.15 draw equals a hand-made corruption of those tokens."""
     import harness
 
-    model, _, _ = harness.load(trained("mdlm"))
+    model, _, _ = harness.load(trained(family))
     x = torch.randint(0, model.vocab_size, (4, model.seq_len), generator=torch.Generator().manual_seed(0))
-    every = model.masked_cross_entropy(x, rate=1.0)
-    with torch.no_grad():  # rate 1: every token masked, the plain cross-entropy of the all-masked marginal
-        z = torch.full_like(x, model.mask_id)
-        want = -model.log_probs(z, None).gather(-1, x[..., None]).mean()
-    assert every == pytest.approx(float(want), rel=1e-5)
+
+    def by_hand(masked):
+        with torch.no_grad():
+            z = model.units(x).masked_fill(model.unit_mask(masked), model.mask_id)
+            return float(-model.log_probs(z, None).gather(-1, x[..., None]).squeeze(-1)[masked].double().mean())
+
+    assert model.masked_cross_entropy(x, rate=1.0) == pytest.approx(by_hand(torch.ones_like(x, dtype=torch.bool)), rel=1e-6)
     few = model.masked_cross_entropy(x, rate=0.15, generator=torch.Generator().manual_seed(1))
-    assert math.isfinite(few)
+    drawn = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) < 0.15
+    assert few == pytest.approx(by_hand(drawn), rel=1e-6)
 
 
 def test_lr_schedules():
