@@ -32,6 +32,8 @@ def print_sections(sections: Sequence[Section]) -> None:
 
     screen = stdout_console()
     for s in sections:
+        if not s.records:
+            continue
         if s.table is not None:
             screen.print(to_rich(s.table))
         elif s.view is not None:
@@ -472,8 +474,14 @@ def gap_table(ppl_records):
 
 
 def small_sections(result) -> list[Section]:
+    from harness.reproduce.seeds import seed_difference_table, seed_table
+
+    several = result.seeds > 1
     return [
         Section("Perplexity on the validation split", result.ppl, "ppl"),
+        Section("Perplexity over training seeds", result.ppl if several else (), table=seed_table(result.ppl)),
+        Section("Differences between models against the seed spread", result.ppl if several else (),
+                table=seed_difference_table(result.ppl)),
         Section("Prime: paper objective against the valid bound", result.ppl, table=gap_table(result.ppl)),
         Section("Generative perplexity, float64 draws", result.genppl, "genppl"),
         Section("Zero-shot on the local tasks (lm-eval)", result.zeroshot, "zeroshot"),

@@ -31,34 +31,56 @@ class SmallRecords:
     ppl: list[dict[str, Any]]
     genppl: list[dict[str, Any]]
     zeroshot: list[dict[str, Any]]
+    seeds: int = 1
+
+
+def small_configs(seeds: int = 1, steps: int | None = None) -> dict[str, Any]:
+    """Stage name -> config of every model and seed: seed 0 first (the presets as they are), then
+    ``NAME-seed{s}`` with ``seed=s``; ``steps`` overrides every model's ``train.steps``."""
+    from harness.config import load_config
+    from harness.reproduce.seeds import seed_name, seed_overrides
+
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
+    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    return {seed_name(name, seed): load_config(f"small/{name}", overrides + seed_overrides(seed))
+            for seed in range(seeds) for name in MODELS}
 
 
 def run_small(out: Path, *, force: bool = False, judge: str = "smollm2", steps: int | None = None,
-              max_rows: int | None = None, samples: int = GENPPL["samples"]) -> SmallRecords:
-    """Train (or reuse) the ``small/`` models under ``out`` and compute (or reuse) every record."""
-    from harness.config import load_config
+              max_rows: int | None = None, samples: int = GENPPL["samples"], seeds: int = 1) -> SmallRecords:
+    """Train (or reuse) the ``small/`` models under ``out`` and compute (or reuse) every record.
+
+    ``seeds``: training seeds per family (0 .. seeds-1, :mod:`harness.reproduce.seeds`); seed 0 is the
+    one-seed run's stages, so adding seeds to a finished run trains only the new ones. Every seed is
+    evaluated with the same settings and evaluation seed."""
     from harness.judges import check_judge_spec
     from harness.logging import console, progress
     from harness.reproduce.quickstart import text_stages
     from harness.reproduce.report import write_small_report
+    from harness.reproduce.seeds import seed_name
     from harness.reproduce.stages import Stages
 
     check_judge_spec(judge)
     out = Path(out)
-    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
-    cfgs = {name: load_config(f"small/{name}", overrides) for name in MODELS}
+    cfgs = small_configs(seeds, steps)
     zeroshot = dict(ZEROSHOT, limit=max_rows)
     with progress() as bar:
         stages = Stages(out, force=force, bar=bar, log=console().log)
-        stages.task = bar.add_task("reproduce small", total=len(MODELS) * 4, loss=float("nan"), tps=0.0)
-        for name, cfg in cfgs.items():
-            stages.train(name, cfg)
-        ppl, genppl, zs = text_stages(stages, cfgs, MODELS, ppl=dict(PPL, max_rows=max_rows),
-                                      genppl=dict(GENPPL, samples=samples, batch_size=min(GENPPL["batch_size"], samples)),
-                                      dtypes=("float64",), zeroshot=zeroshot, judge=judge)
-    result = SmallRecords(out=out, ppl=ppl, genppl=genppl, zeroshot=zs)
+        stages.task = bar.add_task("reproduce small", total=len(cfgs) * 4, loss=float("nan"), tps=0.0)
+        ppl, genppl, zs = [], [], []
+        for seed in range(seeds):  # each seed trained and evaluated before the next: a stopped run keeps them
+            group = {seed_name(name, seed): cfgs[seed_name(name, seed)] for name in MODELS}
+            for name, cfg in group.items():
+                stages.train(name, cfg)
+            records = text_stages(stages, group, tuple(group), ppl=dict(PPL, max_rows=max_rows),
+                                  genppl=dict(GENPPL, samples=samples, batch_size=min(GENPPL["batch_size"], samples)),
+                                  dtypes=("float64",), zeroshot=zeroshot, judge=judge)
+            for into, got in zip((ppl, genppl, zs), records):
+                into.extend(got)
+    result = SmallRecords(out=out, ppl=ppl, genppl=genppl, zeroshot=zs, seeds=seeds)
     write_small_report(result)
     return result
 
 
-__all__ = ["GENPPL", "MODELS", "PPL", "SmallRecords", "ZEROSHOT", "run_small"]
+__all__ = ["GENPPL", "MODELS", "PPL", "SmallRecords", "ZEROSHOT", "run_small", "small_configs"]

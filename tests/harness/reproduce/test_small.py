@@ -45,7 +45,10 @@ def test_small_configs_share_backbone_tokenizer_and_budget():
 def test_small_smoke_run(trained, tmp_path):
     out = tmp_path / "small"
     res = CliRunner().invoke(main, ["reproduce", "small", "--out", str(out), "--steps", "1", "--max-rows", "2",
-                                    "--samples", "2", "--judge", f"arm:{trained('arm')}"])
+                                    "--samples", "2", "--judge", f"arm:{trained('arm')}", "--seeds", "2"])
     assert res.exit_code == 0, res.output
-    assert "paper objective against the valid bound" in (out / "tables.md").read_text()
-    assert len(list((out / "records").glob("*.json"))) == 5 * 3
+    tables = (out / "tables.md").read_text()
+    assert "paper objective against the valid bound" in tables and "Perplexity over training seeds" in tables
+    assert "Differences between models against the seed spread" in tables
+    assert len(list((out / "records").glob("*.json"))) == 2 * 5 * 3
+    assert (out / "mdlm-seed1").is_dir()
