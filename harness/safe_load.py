@@ -224,6 +224,68 @@ def saved_tokenizer_json(value: Any) -> str | None:
     return None
 
 
-__all__ = ["UnsafeFileError", "load_torch_file", "check_pickles_in_folder", "plain_tensor_copy", "PICKLE_SUFFIXES",
+#: the only globals a pickled numpy array needs (numpy 1.x and 2.x module names), and the bytes
+#: rebuilder of Python 3's protocol-2 pickles (``_codecs.encode``, as torch's weights-only loader allows)
+NUMPY_ARRAY_GLOBALS = frozenset({
+    ("_codecs", "encode"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+})
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Builtin containers, strings, bytes and numbers, plus numpy arrays of plain dtypes; nothing else."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in NUMPY_ARRAY_GLOBALS:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        return super().find_class(module, name)
+
+
+def _check_plain_arrays(value: Any, depth: int = 0) -> None:
+    import numpy as np
+
+    if depth > 8:
+        return
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise pickle.UnpicklingError("an array of Python objects is not allowed")
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_plain_arrays(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value[:4]:
+            _check_plain_arrays(item, depth + 1)
+
+
+def load_array_pickle(path: str | Path, *, what: str, fix: str, encoding: str = "bytes") -> Any:
+    """Read a pickle of plain data and numpy arrays (CIFAR-10's python batches) without running code.
+
+    Only builtin containers, strings, bytes, numbers and numpy arrays of non-object dtypes are
+    rebuilt; any other global (a function, a class) is refused with :class:`UnsafeFileError` before it
+    is called. ``encoding`` is the unpickler's encoding for Python 2 strings (``bytes`` keeps them)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PrimebenchError(f"{what} {str(path)!r} does not exist", fix=fix)
+    try:
+        with open(path, "rb") as handle:
+            value = _ArrayUnpickler(handle, encoding=encoding).load()
+        _check_plain_arrays(value)
+    except pickle.UnpicklingError as exc:
+        if "not allowed" in str(exc):
+            raise UnsafeFileError(
+                f"{what} {str(path)!r} holds pickled objects other than plain data and numpy arrays ({exc}); "
+                "unpickling it could run arbitrary code, so it is refused",
+                fix="use an untouched copy of the dataset from its official source",
+            ) from exc
+        raise PrimebenchError(f"{what} {str(path)!r} is corrupt (not a readable pickle: {exc})", fix=fix) from exc
+    except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in many ways (EOF, struct, value errors)
+        raise PrimebenchError(f"{what} {str(path)!r} is corrupt or truncated ({type(exc).__name__}: {exc})".splitlines()[0],
+                              fix=fix) from exc
+    return value
+
+
+__all__ = ["UnsafeFileError", "load_torch_file", "load_array_pickle", "NUMPY_ARRAY_GLOBALS", "check_pickles_in_folder", "plain_tensor_copy", "PICKLE_SUFFIXES",
            "load_lightning_checkpoint", "plain", "ConfigRecord", "accepted_global", "saved_tokenizer_json",
            "INERT_BUILTINS"]

@@ -16,9 +16,10 @@ appends its mask id ``levels``).
     digits, 500 per class, 28x28 grey, 256 levels. Each CSV row is 784 pixels then the label (the
     last column holds 0..9, 500 each; the first column is pixel (0, 0)).
 ``cifar10:PATH``
-    CIFAR-10 from a local copy under ``PATH`` (``cifar-10-batches-py/``), through torchvision's
-    ``CIFAR10(root=PATH, download=False)`` (or the same pickle files read directly if torchvision
-    cannot be imported): 32x32 RGB, 256 levels; splits ``train`` (50,000) and ``test`` (10,000).
+    CIFAR-10 from a local copy under ``PATH`` (``cifar-10-batches-py/``, the python batches that
+    torchvision downloads), read by :func:`harness.safe_load.load_array_pickle` (only plain data and
+    numpy arrays are rebuilt; a batch file holding anything else is refused, never executed):
+    32x32 RGB, 256 levels; splits ``train`` (50,000) and ``test`` (10,000).
 
 Splits of ``digits`` and ``mnist5k``: ``test`` holds the images whose index hashes (SHA-256 of the
 decimal index) into the lowest 10 %, ``train`` the rest, ``all`` every image; order is kept. The
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,7 @@ import torch
 from harness.data.corpora import hash_split
 from harness.errors import DataError
 from harness.registry import Registry
+from harness.safe_load import load_array_pickle
 
 IMAGE_SPLITS = ("train", "test", "all")
 IMAGE_PREFIX = "image:"
@@ -211,18 +212,8 @@ def _load_cifar10(arg: str, split: str) -> ImageTokens:
     root = Path(arg).expanduser().resolve()
     fix = (f"on a machine with network run torchvision.datasets.CIFAR10(root='{root}', "
            "download=True), or unpack cifar-10-python.tar.gz there, then retry")
-    try:
-        from torchvision.datasets import CIFAR10
-    except Exception:  # noqa: BLE001 - torchvision missing or broken: read the pickles ourselves
-        CIFAR10 = None
-    if CIFAR10 is not None:
-        try:
-            dataset = CIFAR10(root=str(root), train=split == "train", download=False)
-        except RuntimeError as exc:
-            raise DataError(f"no CIFAR-10 found under {root} ({exc})", fix=fix) from exc
-        pixels, labels = np.asarray(dataset.data), np.asarray(dataset.targets)  # (N, 32, 32, 3)
-    else:
-        pixels, labels = _read_cifar_batches(root, split, fix)
+    # Our own reader, never torchvision's CIFAR10 (which unpickles the batch files with pickle.load).
+    pixels, labels = _read_cifar_batches(root, split, fix)
     return _build(f"cifar10:{root}", split, pixels, labels, height=32, width=32, channels=3,
                   levels=256)
 
@@ -235,8 +226,9 @@ def _read_cifar_batches(root: Path, split: str, fix: str) -> tuple[np.ndarray, n
         path = folder / name
         if not path.is_file():
             raise DataError(f"no CIFAR-10 found under {root}: {path} is missing", fix=fix)
-        with open(path, "rb") as handle:
-            batch = pickle.load(handle, encoding="bytes")  # the user's own local copy
+        batch = load_array_pickle(path, what="CIFAR-10 batch", fix=fix)
+        if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+            raise DataError(f"{path} is not a CIFAR-10 python batch (no data/labels)", fix=fix)
         data.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         labels.extend(batch[b"labels"])
     return np.concatenate(data).transpose(0, 2, 3, 1), np.asarray(labels)

@@ -53,3 +53,73 @@ def test_get_image_dataset_takes_either_form_and_a_parsed_spec():
     assert a.spec == b.spec == c.spec == "digits:test"
     assert a.tokens.equal(b.tokens) and a.tokens.equal(c.tokens)
     assert get_image_dataset("digits").split == "train"  # the default split
+
+
+def _cifar_folder(root, split="test", n=4, payload=None):
+    import pickle
+
+    import numpy as np
+
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    names = ["test_batch"] if split == "test" else [f"data_batch_{i}" for i in range(1, 6)]
+    pixels = []
+    for name in names:
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        pixels.append(data)
+        batch = {b"batch_label": b"testing batch", b"labels": list(range(n)), b"data": data,
+                 b"filenames": [b"x.png"] * n}
+        if payload is not None:
+            batch[b"extra"] = payload
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    return np.concatenate(pixels)
+
+
+def test_cifar10_batches_are_read_without_torchvision_pickle(tmp_path):
+    import numpy as np
+
+    pixels = _cifar_folder(tmp_path)
+    ds = get_image_dataset(f"cifar10:{tmp_path}:test")
+    expected = pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # (N, H, W, C) in raster order
+    assert ds.tokens.shape == (4, 32 * 32 * 3) and ds.levels == 256
+    assert ds.tokens.numpy().astype(np.uint8).tobytes() == expected.tobytes()
+
+
+class _Payload:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED",))
+
+
+def test_a_cifar10_batch_with_a_payload_is_refused_and_nothing_runs(tmp_path, monkeypatch):
+    from harness.safe_load import UnsafeFileError
+
+    _cifar_folder(tmp_path / "c", payload=_Payload())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsafeFileError, match="posix.system|os.system|not allowed"):
+        get_image_dataset(f"cifar10:{tmp_path / 'c'}:test")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_no_loader_calls_pickle_load_or_torch_load_without_weights_only():
+    """No call in the package unpickles without an allow-list: no pickle.load(s), no Unpickler other
+    than our restricted ones, no torch.load(weights_only=False), no torchvision dataset class."""
+    import ast
+    from pathlib import Path
+
+    import harness
+
+    root = Path(harness.__file__).parent
+    bad = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            unsafe_kw = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is False
+                            for k in node.keywords)
+            if name in ("pickle.load", "pickle.loads", "pickle.Unpickler") or unsafe_kw or "CIFAR10" in name:
+                bad.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+    assert not bad, bad
