@@ -16,12 +16,14 @@ def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None =
     from harness.checkpoint import load_checkpoint
     from harness.models.hf_causal import hf_arm, is_hf_source
     from harness.models.mdlm_import import LOADERS
-
-    if is_hf_source(path):
-        return hf_arm(str(path), device=device)
-    from harness.models.transfer import is_transfer_folder, load_transfer_folder
+    from harness.models.sources import check_source
 
     source = str(path)
+    check_source(source)  # a prefix that does not fit the file or folder is named, with the right one
+    if is_hf_source(source):
+        return hf_arm(source, device=device)
+    from harness.models.transfer import is_transfer_folder, load_transfer_folder
+
     if is_transfer_folder(source):  # written by `primebench import` / `primebench export`
         return load_transfer_folder(source, ema=ema, device=device)
     for prefix, loader in LOADERS.items():

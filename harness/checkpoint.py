@@ -5,16 +5,21 @@ A checkpoint folder holds
 * ``model.safetensors``: the weights under ``model.*`` and the EMA weights under ``ema.*``, with
   metadata (format version, family, step, vocabulary size, sequence length);
 * ``config.yaml``: the fully resolved run config plus a ``resolved`` block (vocabulary size, mask id,
-  sequence length, tokenizer spec) so the model can be rebuilt without the training data;
+  sequence length, tokenizer spec) so the model can be rebuilt without the training data, and the
+  SHA-256 of the tokenizer folder and of the weights, which a load checks;
 * ``trainer_state.pt``: optimizer state and step for exact resume (loaded with ``weights_only=True``);
 * ``tokenizer/``: what the tokenizer needs to rebuild offline (a trained BPE's ``tokenizer.json``).
 
-Every file is written with :func:`harness.io.atomic_write` (a temporary name, then ``os.replace``); the weights and
-the trainer state carry the same step so a torn write is detected rather than silently resumed.
+A save replaces the weights, the trainer state and the config together with
+:func:`harness.io.replace_together` (staged and fsynced in ``.pending/``, then moved into place), so a
+crash or a full disk never leaves weights and state of different saves; :func:`recover_interrupted_save`
+completes (or discards) a save a crash interrupted. The weights and the trainer state carry the same step,
+so a torn pair (e.g. from an older version) is still detected rather than silently resumed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tempfile
@@ -26,7 +31,7 @@ import yaml
 
 from harness.config import Config, config_from_dict, drop_legacy_model_keys
 from harness.errors import CheckpointError, PrimebenchError
-from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
+from harness.io import finish_replace_together, replace_together, safetensors_bytes
 
 FORMAT = "primebench-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -56,7 +61,8 @@ def save_checkpoint(
     step: int,
     trainer_state: dict[str, Any] | None = None,
 ) -> None:
-    """Write (or overwrite) a checkpoint folder. Weights first, then state, then config.
+    """Write (or overwrite) a checkpoint folder: the tokenizer once, then weights, state and config
+    replaced together (a crash leaves all three of the previous save or all three of this one).
 
     The same tensors and settings give the same bytes (and so the same ``checkpoint_sha256``)."""
     out = Path(out)
@@ -66,13 +72,13 @@ def save_checkpoint(
         tensors.update({f"ema.{k}": v.detach().contiguous().cpu() for k, v in ema_state.items()})
     meta = {k: str(v) for k, v in resolved_block(model, tokenizer).items()}
     meta["step"] = str(step)
-    atomic_write_bytes(out / WEIGHTS, safetensors_bytes(tensors, meta))
+    files = {WEIGHTS: safetensors_bytes(tensors, meta)}
     if trainer_state is not None:
-        # saved through a buffer: torch.save names its archive after the file, and the temporary
-        # file name would otherwise end up inside the bytes
+        # saved through a buffer: torch.save names its archive after the file, and a staging file
+        # name would otherwise end up inside the bytes
         buffer = io.BytesIO()
         torch.save(dict(trainer_state, step=step), buffer)
-        atomic_write_bytes(out / STATE, buffer.getvalue())
+        files[STATE] = buffer.getvalue()
     if tokenizer is not None and not (out / TOKENIZER_DIR).exists():
         tmp = Path(tempfile.mkdtemp(dir=out, prefix=".tokenizer."))
         tokenizer.save(tmp)
@@ -81,7 +87,20 @@ def save_checkpoint(
     doc["resolved"] = resolved_block(model, tokenizer)
     if (out / TOKENIZER_DIR).is_dir():
         doc["resolved"]["tokenizer_sha256"] = folder_sha256(out / TOKENIZER_DIR)
-    atomic_write_text(out / CONFIG, yaml.safe_dump(doc, sort_keys=False))
+    doc["resolved"]["weights_sha256"] = hashlib.sha256(files[WEIGHTS]).hexdigest()  # checked at load
+    files[CONFIG] = yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
+    replace_together(out, files, note=f"step {step}")
+
+
+def recover_interrupted_save(out: Path) -> str | None:
+    """Complete (or discard) a save that a crash interrupted in ``out``; a sentence for the user, or
+    None when there was none. Call it under the run folder's lock before reading the checkpoint."""
+    found = finish_replace_together(out)
+    if found is None:
+        return None
+    if found.completed:
+        return f"{out}: completed the save ({found.note or 'step unknown'}) that an interrupted run had fully written"
+    return f"{out}: discarded an incomplete save that an interrupted run left; the checkpoint is the save before it"
 
 
 def read_checkpoint_config(path: Path) -> tuple[Config, dict[str, Any]]:
@@ -137,6 +156,7 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
         model = model_from_config(cfg.model, vocab_size=int(resolved["vocab_size"]), seq_len=int(resolved["seq_len"]))
     except PrimebenchError as exc:
         raise CheckpointError(f"{path / CONFIG}: {exc.problem}", fix=exc.fix) from exc
+    check_family(path, cfg.model.family, meta)
     prefix = "ema." if ema and any(k.startswith("ema.") for k in tensors) else "model."
     state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
     expected = model.state_dict()
@@ -161,6 +181,7 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
             f"({len(bad)} tensors hold NaN or inf, e.g. {bad[0]!r}); any number computed from them is meaningless",
             fix="evaluate a checkpoint saved before training diverged (training never saves non-finite weights)",
         )
+    check_weights_sha256(path, resolved)
     model.load_state_dict(state)
     model.to(device).eval()
     tokenizer = None
@@ -209,11 +230,92 @@ def check_tokenizer_identity(tokenizer, folder: Path, resolved: dict[str, Any]) 
             fix="restore the run's own tokenizer folder (a tokenizer of the same size from another corpus gives wrong numbers)",
         )
     digest = resolved.get("tokenizer_sha256")
-    if digest and folder_sha256(folder) != digest:
+    found = folder_sha256(folder) if digest else None
+    if digest and found != digest:
         raise CheckpointError(
-            f"the files in {str(folder)!r} are not the tokenizer this checkpoint was trained with "
-            "(their hash differs from the one in config.yaml)",
-            fix="restore the run's own tokenizer folder (a tokenizer of the same size from another corpus gives wrong numbers)",
+            f"the files in {str(folder)!r} are not the tokenizer this checkpoint was trained with: "
+            f"{CONFIG} records tokenizer_sha256 {digest}, the folder hashes to {found}",
+            fix=f"restore the {TOKENIZER_DIR}/ folder from the training run "
+                "(a tokenizer of the same size from another corpus gives wrong numbers)",
+        )
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """The hash :func:`save_checkpoint` records as ``tokenizer_sha256``: :func:`folder_sha256` of the
+    folder ``tokenizer.save`` writes."""
+    with tempfile.TemporaryDirectory(prefix="primebench-tokenizer-") as tmp:
+        tokenizer.save(tmp)
+        return folder_sha256(Path(tmp))
+
+
+def rebuild_tokenizer(path, spec: str, *, corpus=None):
+    """The tokenizer of a checkpoint folder that lacks its ``tokenizer/`` folder, rebuilt from ``spec``.
+
+    A ``bpe:V`` is trained on ``corpus`` (by default the default corpus), which need not be the text
+    the run trained its tokenizer on: the same V from another corpus maps text to other ids and gives
+    a silently wrong number. So the rebuilt tokenizer must hash (as saved) to the ``tokenizer_sha256``
+    that training recorded in config.yaml; a checkpoint saved before that hash existed is held to the
+    tokenizer spec it recorded. A folder that is not a primebench checkpoint (an exported one) recorded
+    neither and gets the rebuilt tokenizer as is."""
+    from harness.data import get_tokenizer
+
+    tokenizer = get_tokenizer(spec, corpus=corpus)
+    path = Path(str(path))
+    if not (path / CONFIG).is_file():
+        return tokenizer
+    _, resolved = read_checkpoint_config(path)
+    wanted, expected = resolved.get("tokenizer"), resolved.get("tokenizer_sha256")
+    fix = (f"restore the {TOKENIZER_DIR}/ folder from the training run into {str(path)!r} "
+           "(a tokenizer rebuilt from another corpus gives wrong numbers)")
+    if expected:
+        found = tokenizer_sha256(tokenizer)
+        if found != expected:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} has no {TOKENIZER_DIR}/ folder, and the tokenizer rebuilt from {spec!r} "
+                f"is not the one it was trained with ({wanted!r}): {CONFIG} records "
+                f"tokenizer_sha256 {expected}, the rebuilt tokenizer hashes to {found}",
+                fix=fix,
+            )
+    elif wanted and tokenizer.spec != wanted:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has no {TOKENIZER_DIR}/ folder, and the tokenizer rebuilt from {spec!r} is "
+            f"{tokenizer.spec!r} but the checkpoint was trained with {wanted!r}",
+            fix=fix,
+        )
+    return tokenizer
+
+
+def check_family(path: Path, family: str, meta: dict[str, str]) -> None:
+    """Refuse a config.yaml whose ``model.family`` is not the family the weights were saved by (the
+    ``family`` in the safetensors metadata). MDLM and the masked model share a network, so one's weights
+    load into the other without a missing key; scored as the other family they give a wrong number."""
+    saved = meta.get("family")
+    if saved and saved != family:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: {CONFIG} says model.family {family!r} but the weights in {WEIGHTS} "
+            f"were saved by a {saved!r} model",
+            fix=f"set model.family back to {saved!r} in {str(path / CONFIG)!r} (or restore {CONFIG} from the "
+                f"training run); to score a {family!r} model, train one",
+        )
+
+
+def check_weights_sha256(path: Path, resolved: dict[str, Any]) -> None:
+    """Refuse weights whose bytes changed since the save that wrote config.yaml.
+
+    ``weights_sha256`` is the SHA-256 of ``model.safetensors`` as saved (what records call
+    ``checkpoint_sha256``); checkpoints saved before it was recorded load unchecked. Hashing reads the
+    file once more (milliseconds for the tiny and small models)."""
+    expected = resolved.get("weights_sha256")
+    if not expected:
+        return
+    from harness.io import file_sha256
+
+    found = file_sha256(path / WEIGHTS)
+    if found != expected:
+        raise CheckpointError(
+            f"the weights file {str(path / WEIGHTS)!r} changed since training saved it: its sha256 is {found}, "
+            f"{CONFIG} recorded {expected}",
+            fix="restore model.safetensors from the training run (or a copy of it), or re-train",
         )
 
 

@@ -104,18 +104,22 @@ def _model_section(data: dict[str, Any]) -> ModelConfig:
     family = data.get("family", "arm")
     if not isinstance(family, str) or family not in family_names():
         names = family_names()
-        raise ConfigError(f"unknown model family {family!r} (config key 'model.family')",
+        exc = ConfigError(f"unknown model family {family!r} (config key 'model.family')",
                           fix=f"{_did_you_mean(str(family), names)}families: {', '.join(names)}")
+        exc.key = "model.family"
+        raise exc
     cls = _family_config(family)
     known = {f.name for f in fields(cls)}
     for key in data:
         if key not in known:
             owners = [n for n in family_names() if key in {f.name for f in fields(MODELS.get(n).config_class)}]
             where = f" (model.{key} only applies to the {', '.join(owners)} famil{'y' if len(owners) == 1 else 'ies'})" if owners else ""
-            raise ConfigError(
+            exc = ConfigError(
                 f"unknown config key 'model.{key}' for the {family} family{where}",
                 fix=f"{_did_you_mean(key, sorted(known))}known keys under model.: {', '.join(sorted(known))}",
             )
+            exc.key = f"model.{key}"
+            raise exc
     return _build(cls, data, "model.")
 
 
@@ -244,24 +248,32 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}{key}"
-        if key not in known:
-            raise ConfigError(
-                f"unknown config key {path!r}",
-                fix=f"{_did_you_mean(key, sorted(known))}known keys under {prefix or 'top level'}: {', '.join(sorted(known))}",
-            )
-        if cls is Config and key == "model":
-            kwargs[key] = _model_section(value or {})
-            continue
-        if cls is Config and key in _SECTIONS:
-            kwargs[key] = _build(_SECTIONS[key], value or {}, f"{key}.")
-            continue
-        kwargs[key] = _coerce(path, value, hints[key])
-        _check_range(path, kwargs[key])
-        section = prefix.rstrip(".")
-        choices = _CHOICES.get((section, key))
-        if choices and kwargs[key] not in choices:
-            raise ConfigError(f"config key {path!r} must be one of {choices}, got {kwargs[key]!r}")
+        try:
+            kwargs[key] = _build_key(cls, key, value, prefix, known, hints)
+        except ConfigError as exc:
+            exc.key = getattr(exc, "key", None) or path  # where it went wrong, for load_config's message
+            raise
     return cls(**kwargs)
+
+
+def _build_key(cls: type, key: str, value: Any, prefix: str, known: set[str], hints: dict[str, Any]) -> Any:
+    """The validated value of ``prefix + key`` in section ``cls``."""
+    path = f"{prefix}{key}"
+    if key not in known:
+        raise ConfigError(
+            f"unknown config key {path!r}",
+            fix=f"{_did_you_mean(key, sorted(known))}known keys under {prefix or 'top level'}: {', '.join(sorted(known))}",
+        )
+    if cls is Config and key == "model":
+        return _model_section(value or {})
+    if cls is Config and key in _SECTIONS:
+        return _build(_SECTIONS[key], value or {}, f"{key}.")
+    out = _coerce(path, value, hints[key])
+    _check_range(path, out)
+    choices = _CHOICES.get((prefix.rstrip("."), key))
+    if choices and out not in choices:
+        raise ConfigError(f"config key {path!r} must be one of {choices}, got {out!r}")
+    return out
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
@@ -360,9 +372,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
 
 
 def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load a preset or YAML file, apply dotted overrides, validate."""
-    data, _ = read_config_source(name_or_path)
-    return config_from_dict(apply_overrides(data, overrides))
+    """Load a preset or YAML file, apply dotted overrides, validate.
+
+    An error names where the bad value came from: the override (``train.steps=abc``) or the file and
+    its key (``config file 'run.yaml', key train.lr: ...``)."""
+    data, source = read_config_source(name_or_path)
+    try:
+        return config_from_dict(apply_overrides(data, overrides))
+    except ConfigError as exc:
+        raise _located(exc, source, overrides) from None
+
+
+def _located(exc: ConfigError, source: str, overrides: list[str] | tuple[str, ...]) -> ConfigError:
+    """``exc`` with its origin named: the override that set its key, else the config file."""
+    key = getattr(exc, "key", None)
+    given = [item for item in overrides if "=" in item and item.split("=", 1)[0].strip() == key]
+    where = f"config {source!r}" if source.startswith("preset:") else f"config file {source!r}"
+    if given:
+        origin = f"override {given[-1]!r}"
+    elif key is not None:
+        origin = where if f"'{key}'" in exc.problem else f"{where}, key {key}"
+    else:  # a check across keys (d_model and n_heads): the file and the overrides together
+        origin = where + (f" with the overrides {' '.join(overrides)}" if overrides else "")
+    located = ConfigError(f"{origin}: {exc.problem}", fix=exc.fix)
+    located.key = key
+    return located
 
 
 def with_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Config:

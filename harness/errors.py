@@ -28,6 +28,10 @@ class CheckpointError(PrimebenchError):
     """A checkpoint folder is missing, corrupt, or inconsistent."""
 
 
+class WriteError(PrimebenchError):
+    """A file cannot be written (a full disk, a quota, no permission); what was there is unchanged."""
+
+
 class OfflineError(PrimebenchError):
     """Something needs the network and the network is not available."""
 

@@ -3,15 +3,22 @@
 A write goes to a unique temporary name in the target's folder and is moved into place with
 ``os.replace``, so a reader (or a crash, or two torchrun ranks writing the same cache file) sees
 either the old file or the whole new one, never a partial file. The temporary name is opened with
-``"xb"`` rather than ``mkstemp`` so the file gets the usual umask permissions.
+``"xb"`` rather than ``mkstemp`` so the file gets the usual umask permissions. Files that must
+change together (a checkpoint's weights and trainer state) go through :func:`replace_together`.
+A write that fails (a full disk, no permission) leaves no temporary file and raises
+:class:`harness.errors.WriteError` naming the file; the previous file is untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import secrets
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -20,34 +27,62 @@ def _temporary_name(path: Path) -> Path:
     return path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
 
 
+def write_error(path: Path, exc: OSError, *, kept: str = "the previous file, if any, is unchanged"):
+    """The :class:`harness.errors.WriteError` for an ``OSError`` met while writing ``path``
+    (a full disk, a quota, a read-only or unwritable folder)."""
+    from harness.errors import WriteError
+
+    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    code = errno.errorcode.get(exc.errno or 0)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = (f"free space on the disk that holds {str(path.parent)!r}, or choose another --out" if full
+           else f"make {str(path.parent)!r} writable, or choose another --out")
+    return WriteError(f"cannot write {str(path)!r}: {reason}{f' ({code})' if code else ''}; {kept}", fix=fix)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp)`` to fill a temporary file next to ``path``, then move it onto ``path``.
 
     For writers that take a file name (``torch.save``, safetensors' ``save_file``). On any error
-    the temporary file is removed and ``path`` is left as it was. Returns ``path``.
+    the temporary file is removed and ``path`` is left as it was; an ``OSError`` (a full disk, no
+    permission) becomes a :class:`harness.errors.WriteError` naming ``path``. Returns ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_name(path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from exc
         raise
     return path
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, flushed to the disk."""
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the names created, replaced or removed in ``folder`` durable."""
+    with contextlib.suppress(OSError):  # some filesystems (and non-POSIX systems) cannot fsync a folder
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    return atomic_write(path, write)
+    return atomic_write(path, lambda tmp: _write_synced(tmp, data))
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -82,15 +117,14 @@ def create_exclusive(path: str | Path, data: bytes, *, numbered: bool = True) ->
     name is taken (even by a process racing this one), so no record is overwritten or lost. With
     ``numbered``, a taken ``name.ext`` moves on to ``name~1.ext``, ``name~2.ext``, ...; without
     it a taken name raises :class:`FileExistsError`. Returns the path created.
+    An ``OSError`` other than a taken name (a full disk, no permission) becomes a
+    :class:`harness.errors.WriteError` naming ``path``; no temporary file is left behind.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_name(path)
-    with open(tmp, "xb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_synced(tmp, data)
         candidate, n = path, 0
         while True:
             try:
@@ -101,8 +135,88 @@ def create_exclusive(path: str | Path, data: bytes, *, numbered: bool = True) ->
                     raise
                 n += 1
                 candidate = path.with_name(f"{path.stem}~{n}{path.suffix}")
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise write_error(path, exc, kept="nothing was written") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+#: the folder inside a target folder where :func:`replace_together` stages the new files
+PENDING = ".pending"
+#: the file inside :data:`PENDING` whose presence says every staged file is complete
+COMMITTED = "COMMITTED"
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What :func:`finish_replace_together` found of a group replace that a crash interrupted."""
+
+    #: True: the new files were complete and have now been moved into place; False: they were
+    #: incomplete and were removed, so the folder holds the previous files
+    completed: bool
+    #: the ``note`` the interrupted writer gave (e.g. ``"step 40"``); empty when not completed
+    note: str
+
+
+def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: str = "") -> None:
+    """Replace the files ``files`` (name -> bytes) in ``folder`` as one, so a crash at any moment
+    (SIGKILL, power loss, a full disk) leaves either every old file or every new one.
+
+    The new files are written and fsynced into ``folder/.pending/`` and marked complete by a
+    ``COMMITTED`` file written last; only then are they moved over the old ones (``os.replace``,
+    which needs no space) and the pending folder removed. A crash before the mark leaves the old files
+    as they were; a crash after it leaves the new files complete, and :func:`finish_replace_together`
+    (called here first, and by whoever reads the folder after a crash) moves the rest into place.
+    An ``OSError`` while staging removes the pending folder and becomes a
+    :class:`harness.errors.WriteError`; the old files are untouched.
+    """
+    folder = Path(folder)
+    finish_replace_together(folder)
+    pending, target = folder / PENDING, folder
+    try:
+        pending.mkdir(parents=True)
+        for name, data in files.items():
+            target = folder / name
+            _write_synced(pending / name, data)
+        target = folder
+        _fsync_folder(pending)
+        _write_synced(pending / COMMITTED, note.encode("utf-8"))
+        _fsync_folder(pending)
+    except BaseException as exc:
+        shutil.rmtree(pending, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise write_error(target, exc, kept=f"the previous {', '.join(files)} are unchanged") from exc
+        raise
+    # committed: from here on a crash is completed by finish_replace_together, never undone
+    for name in files:
+        os.replace(pending / name, folder / name)
+    _fsync_folder(folder)
+    shutil.rmtree(pending)
+
+
+def finish_replace_together(folder: str | Path) -> Recovered | None:
+    """Complete or discard a :func:`replace_together` that a crash interrupted in ``folder``.
+
+    Returns None when there was none. Call it (under the folder's lock) before reading files that
+    are replaced together."""
+    folder = Path(folder)
+    pending = folder / PENDING
+    if pending.is_symlink() or not pending.is_dir():
+        return None
+    marker = pending / COMMITTED
+    if marker.is_file():
+        note = marker.read_bytes().decode("utf-8", "replace").strip()
+        for child in sorted(pending.iterdir()):
+            if child.name != COMMITTED and child.is_file():
+                os.replace(child, folder / child.name)
+        _fsync_folder(folder)
+        shutil.rmtree(pending)
+        return Recovered(completed=True, note=note)
+    shutil.rmtree(pending)
+    return Recovered(completed=False, note="")
 
 
 _SAFETENSORS_DTYPES = {
@@ -162,7 +276,7 @@ class FolderLock:
         from harness.errors import PrimebenchError
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        handle = open(self.folder / self.FILE, "a+")
+        handle = self._open()
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -179,6 +293,34 @@ class FolderLock:
         handle.flush()
         self._handle = handle
         return self
+
+    def _open(self):
+        """Open (or create) the lock file for reading and writing, never through a link.
+
+        The pid is written into the file, so a ``.lock`` that is a symbolic link (or a hard link)
+        would truncate and overwrite whatever it points at; such a lock file is refused."""
+        import stat
+
+        from harness.errors import PrimebenchError
+
+        path = self.folder / self.FILE
+        fix = f"remove it (rm {str(path)!r}): the lock file is created anew"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            if path.is_symlink():
+                raise PrimebenchError(
+                    f"the lock file {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); it is never "
+                    "followed, so the file it points at is left alone",
+                    fix=f"remove the link (rm {str(path)!r}): the lock file is created anew") from None
+            raise PrimebenchError(f"cannot open the lock file {str(path)!r}: {exc.strerror or exc}", fix=fix) from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            kind = "has other hard links" if stat.S_ISREG(info.st_mode) else "is not a plain file"
+            raise PrimebenchError(f"the lock file {str(path)!r} {kind}; writing the pid into it would change "
+                                  "another file", fix=fix)
+        return os.fdopen(fd, "r+")
 
     def __exit__(self, *exc) -> None:
         if self._handle is not None:

@@ -124,6 +124,18 @@ def check_judge_spec(spec: str) -> str:
     return "hub" if local is None else "folder"
 
 
+def check_finite_weights(model: torch.nn.Module, *, spec: str) -> None:
+    """Refuse a judge whose weights hold NaN or inf before any sample is drawn: every Gen PPL it gave
+    would be NaN, and the fault is the judge's, not the evaluated model's."""
+    from harness.errors import NumericalError
+
+    bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    if bad:
+        raise NumericalError(f"the judge {spec!r} has weights that are not finite (NaN or inf) in {len(bad)} tensor"
+                             f"{'s' if len(bad) > 1 else ''}, e.g. {bad[0]!r}; it cannot score samples",
+                             fix="pass a judge whose weights are intact (--judge smollm2, or re-download the judge)")
+
+
 def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     """Load a judge once; see the module docstring for the accepted specs."""
     kind = check_judge_spec(spec)
@@ -133,7 +145,10 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
         from harness import load
 
         source = spec.removeprefix("arm:")
-        model, tokenizer, cfg = load(source if source.startswith("ar-ckpt:") else path, device=device)
+        try:
+            model, tokenizer, cfg = load(source if source.startswith("ar-ckpt:") else path, device=device)
+        except PrimebenchError as exc:  # e.g. NaN weights: say that it is the judge, not the evaluated model
+            raise type(exc)(f"--judge {spec!r}: {exc.problem}", fix=exc.fix) from exc
         if not model.autoregressive:
             raise PrimebenchError(
                 f"judge checkpoint {str(path)!r} is a {model.family!r} model; a judge must be autoregressive",
@@ -141,6 +156,7 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
             )
         if tokenizer is None:
             raise PrimebenchError(f"judge checkpoint {str(path)!r} has no tokenizer folder")
+        check_finite_weights(model, spec=spec)
         return ProjectARMJudge(
             spec=f"arm:{path}", description=f"project ARM {cfg.name}", tokenizer=tokenizer, model=model,
             eos_id=tokenizer.eos_id, context=model.seq_len, device=device,
@@ -159,6 +175,7 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
         model, tokenizer = load_hf_causal(spec, what="judge")
         description = f"HF causal LM {spec}"
     model.to(device).eval()
+    check_finite_weights(model, spec=spec)
     eos = tokenizer.eos_token_id
     if eos is None:
         raise PrimebenchError(f"judge {spec!r} has no EOS token", fix="use a causal LM with an EOS token")

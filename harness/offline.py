@@ -2,11 +2,14 @@
 
 The one place that reads the offline switches. ``HF_HUB_OFFLINE`` turns every Hugging Face
 library offline; ``HF_DATASETS_OFFLINE`` only ``datasets`` and ``TRANSFORMERS_OFFLINE`` only
-``transformers``, so the check names the library it guards.
+``transformers``, so the check names the library it guards. :func:`hub_reachable` asks the hub one
+HTTP question with a short total timeout; :func:`offline_mode` switches the libraries offline for a
+block when it does not answer, so nothing waits on their retries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 OFFLINE_FLAGS = {
@@ -40,29 +43,110 @@ def is_network_error(exc: BaseException) -> bool:
     return False
 
 
-_REACHABLE: dict[str, bool] = {}
+#: endpoint -> why it cannot be used ("" when it answered); filled by :func:`hub_reachable`
+_REACHABLE: dict[str, str] = {}
+
+
+def hub_endpoint() -> str:
+    """The hub's address, as the Hugging Face libraries read it (``HF_ENDPOINT``)."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _ask_hub(endpoint: str, timeout: float) -> str:
+    """Send one HTTP HEAD request to ``endpoint``; "" when it answers within ``timeout`` seconds in all
+    (connecting, TLS and the reply together), else why not."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    answer: list[str] = []
+
+    def ask() -> None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout):
+                answer.append("")
+        except urllib.error.HTTPError as exc:  # it answered; a 5xx means it cannot serve files now
+            answer.append("" if exc.code < 500 else f"{endpoint} answered HTTP {exc.code}")
+        except Exception as exc:  # noqa: BLE001 - refused, no route, DNS, TLS, timeout: all "not usable"
+            reason = getattr(exc, "reason", exc)
+            answer.append(f"{endpoint} could not be reached ({reason})")
+
+    thread = threading.Thread(target=ask, name="primebench-hub-check", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return answer[0] if answer else f"{endpoint} did not answer an HTTP request within {timeout:g} s"
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds (cached).
+    """Whether the Hugging Face hub answers an HTTP request within ``timeout`` seconds in all (cached
+    per endpoint).
 
     Checked before anything asks the hub for a file: the libraries retry a dead connection for tens
-    of seconds before they fail, and an offline user should hear the offline fix at once."""
-    import socket
-    from urllib.parse import urlparse
-
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    of seconds before they fail, and an endpoint that accepts the connection but never answers would
+    hang them for minutes; an offline user should hear the offline fix at once. A TCP connection
+    alone is not an answer: the check waits for the HTTP reply (any status below 500)."""
+    endpoint = hub_endpoint()
     if endpoint not in _REACHABLE:
-        url = urlparse(endpoint)
-        port = url.port or (443 if url.scheme == "https" else 80)
-        try:
-            with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout):
-                _REACHABLE[endpoint] = True
-        except OSError:
-            _REACHABLE[endpoint] = False
-    return _REACHABLE[endpoint]
+        _REACHABLE[endpoint] = _ask_hub(endpoint, timeout)
+    return not _REACHABLE[endpoint]
+
+
+def hub_unreachable_reason() -> str:
+    """Why :func:`hub_reachable` said no, for error messages (the endpoint and what happened)."""
+    endpoint = hub_endpoint()
+    return _REACHABLE.get(endpoint) or f"{endpoint} could not be reached"
 
 
 def hub_available(library: str = "datasets") -> bool:
     """Not switched offline for ``library`` and the hub answers."""
     return not hf_offline(library) and hub_reachable()
+
+
+def hf_cache_holds_datasets() -> bool:
+    """Whether the Hugging Face caches hold any dataset (a ``datasets--*`` folder in the hub cache, or
+    anything in the ``datasets`` cache): offline, only a cached dataset can load."""
+    from pathlib import Path
+
+    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    home = home.expanduser()
+    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub").expanduser()
+    data = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    try:
+        if hub.is_dir() and any(p.name.startswith("datasets--") for p in hub.iterdir()):
+            return True
+        return data.is_dir() and any(not p.name.startswith(".") for p in data.iterdir())
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def offline_mode():
+    """Switch the Hugging Face libraries offline for the block, whatever the environment says, so a
+    dataset comes from the cache or fails at once (no retries against an unreachable hub).
+
+    The libraries read ``HF_HUB_OFFLINE`` when they are imported, so besides the environment the
+    already-imported flags (``huggingface_hub.constants``, ``datasets.config``) are set; all are
+    restored afterwards."""
+    import importlib
+    import sys
+
+    with contextlib.suppress(ImportError):  # imported here so that its flag is saved and restored
+        importlib.import_module("huggingface_hub.constants")
+    env = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    flags = [(module, name) for module, names in (("huggingface_hub.constants", ("HF_HUB_OFFLINE",)),
+                                                  ("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")))
+             if module in sys.modules for name in names if hasattr(sys.modules[module], name)]
+    saved = [(sys.modules[module], name, getattr(sys.modules[module], name)) for module, name in flags]
+    os.environ.update(dict.fromkeys(env, "1"))
+    for module, name, _ in saved:
+        setattr(module, name, True)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

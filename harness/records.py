@@ -208,6 +208,10 @@ def write_record(record: dict[str, Any], out_dir: Path, *,
         except FileExistsError:  # another process took this name between the check and the link
             for file in made:
                 file.unlink(missing_ok=True)
+        except BaseException:  # e.g. a full disk: no attachment is left without its record
+            for file in made:
+                file.unlink(missing_ok=True)
+            raise
 
 
 def read_record(path: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import os
 import pickle
 import shutil
 import tempfile
@@ -27,6 +28,12 @@ PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl")
 
 class UnsafeFileError(PrimebenchError):
     """A weights file holds objects beyond tensors; opening it could execute code."""
+
+
+def refused_pickle(what: str, path: str | Path, allowed: str, detail: str, fix: str) -> UnsafeFileError:
+    """The error for a pickle that names more than ``allowed`` (``detail``: the refused global)."""
+    return UnsafeFileError(f"{what} {str(path)!r} holds pickled objects other than {allowed} ({detail}); "
+                           "unpickling it could run arbitrary code, so it is refused", fix=fix)
 
 
 def load_torch_file(path: str | Path, *, what: str, fix: str, mmap: bool = False) -> Any:
@@ -47,11 +54,9 @@ def load_torch_file(path: str | Path, *, what: str, fix: str, mmap: bool = False
         # torch reports a refused class or function as a "global"; anything else is a damaged file
         detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), "")
         if detail:
-            raise UnsafeFileError(
-                f"{what} {str(path)!r} holds pickled objects other than tensors ({detail}); "
-                "unpickling it could run arbitrary code, so it is refused",
-                fix="use a file saved as plain tensors (a state_dict) or as safetensors, from a source you trust",
-            ) from exc
+            raise refused_pickle(what, path, "tensors", detail,
+                                 "use a file saved as plain tensors (a state_dict) or as safetensors, from a source "
+                                 "you trust") from exc
         raise PrimebenchError(f"{what} {str(path)!r} is corrupt (not a readable torch file)", fix=fix) from exc
     except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways (struct, zip, EOF, ...)
         if mmap and "mmap" in str(exc).lower():
@@ -62,11 +67,51 @@ def load_torch_file(path: str | Path, *, what: str, fix: str, mmap: bool = False
 
 def check_pickles_in_folder(folder: str | Path, *, what: str) -> list[Path]:
     """Load every pickle weights file directly in ``folder`` with :func:`load_torch_file` (memory
-    mapped), so a library that opens them later opens only plain tensors. Returns the files."""
+    mapped), so a library that opens them later opens only plain tensors: the files named ``.pt``,
+    ``.bin``, ... and every shard an index names, whatever its name (:func:`check_indexed_shards`).
+    Returns the files."""
     files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES)
     for path in files:
         load_torch_file(path, what=what, fix=f"re-download {path.name}, or use the model's safetensors files", mmap=True)
-    return files
+    return files + check_indexed_shards(folder, what=what, checked=files)
+
+
+#: Hugging Face's index files (``model.safetensors.index.json``, ``pytorch_model.bin.index.json``):
+#: JSON whose ``weight_map`` names the shard file of every tensor
+INDEX_SUFFIX = ".index.json"
+
+
+def check_indexed_shards(folder: str | Path, *, what: str, checked: tuple[Path, ...] | list[Path] = ()) -> list[Path]:
+    """Check every shard that an index in ``folder`` names, as transformers would open it.
+
+    transformers opens a shard with safetensors only when its name ends in ``.safetensors``; any
+    other name (``.bin``, ``.data``, none) it hands to ``torch.load``. So each such shard is loaded
+    here with :func:`load_torch_file` (memory mapped) first, and one that unpickles code is refused
+    with :class:`UnsafeFileError`. A shard outside ``folder``, a missing one, or an index that is not
+    a ``weight_map`` is an error. Returns the shards that are neither safetensors nor in ``checked``
+    (files already loaded this way)."""
+    from harness.io import read_json
+
+    folder = Path(folder)
+    shards: list[Path] = []
+    for index in sorted(folder.glob(f"*{INDEX_SUFFIX}")):
+        fix = f"restore {index.name} from the model's release, or remove it"
+        doc = read_json(index, what="weights index", fix=fix)
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise PrimebenchError(f"weights index {str(index)!r} has no weight_map of tensor names to shard files", fix=fix)
+        for name in sorted(set(weight_map.values())):
+            shard = folder / name
+            relative = os.path.normpath(name)  # lexical: the hub cache's files are links into its blobs
+            if os.path.isabs(relative) or relative == ".." or relative.startswith(f"..{os.sep}"):
+                raise UnsafeFileError(f"weights index {str(index)!r} names the shard {name!r}, outside its folder; "
+                                      "it is refused", fix=fix)
+            if shard.suffix == ".safetensors" or shard in shards or shard in checked:
+                continue
+            load_torch_file(shard, what=f"{what} shard {name!r} (named in {index.name})",
+                            fix=f"re-download {name}, or use the model's safetensors files", mmap=True)
+            shards.append(shard)
+    return shards
 
 
 _COPIES: list[Path] = []
@@ -155,12 +200,13 @@ def accepted_global(name: str) -> bool:
     return name.startswith(CONFIG_MODULES) and name.rsplit(".", 1)[-1][:1].isupper()
 
 
-def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint") -> Any:
+def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint", mmap: bool = False) -> Any:
     """A Lightning ``.ckpt`` loaded with ``weights_only=True``, the classes its hyper-parameters name
     (an omegaconf config, a pickled tokenizer, the builtin types omegaconf records as metadata)
     replaced by inert :class:`ConfigRecord` s; any other global (a function such as ``eval`` or
     ``os.system``, a class from elsewhere) gets the file refused with :class:`UnsafeFileError`
-    before anything is unpickled. :func:`plain` turns the records into dicts and values."""
+    before anything is unpickled. :func:`plain` turns the records into dicts and values. ``mmap``:
+    map the tensors rather than read them (enough to look at the keys and the config)."""
     import torch
     from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
@@ -181,7 +227,7 @@ def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint") -> 
             fix="use a checkpoint from the original release, or its safetensors weights",
         )
     with safe_globals([(_stand_in(n), n) for n in names]):
-        return load_torch_file(path, what=what, fix=fix)
+        return load_torch_file(path, what=what, fix=fix, mmap=mmap)
 
 
 def plain(value: Any) -> Any:
@@ -274,11 +320,8 @@ def load_array_pickle(path: str | Path, *, what: str, fix: str, encoding: str = 
         _check_plain_arrays(value)
     except pickle.UnpicklingError as exc:
         if "not allowed" in str(exc):
-            raise UnsafeFileError(
-                f"{what} {str(path)!r} holds pickled objects other than plain data and numpy arrays ({exc}); "
-                "unpickling it could run arbitrary code, so it is refused",
-                fix="use an untouched copy of the dataset from its official source",
-            ) from exc
+            raise refused_pickle(what, path, "plain data and numpy arrays", str(exc),
+                                 "use an untouched copy of the dataset from its official source") from exc
         raise PrimebenchError(f"{what} {str(path)!r} is corrupt (not a readable pickle: {exc})", fix=fix) from exc
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in many ways (EOF, struct, value errors)
         raise PrimebenchError(f"{what} {str(path)!r} is corrupt or truncated ({type(exc).__name__}: {exc})".splitlines()[0],
@@ -286,6 +329,6 @@ def load_array_pickle(path: str | Path, *, what: str, fix: str, encoding: str = 
     return value
 
 
-__all__ = ["UnsafeFileError", "load_torch_file", "load_array_pickle", "NUMPY_ARRAY_GLOBALS", "check_pickles_in_folder", "plain_tensor_copy", "PICKLE_SUFFIXES",
+__all__ = ["UnsafeFileError", "load_torch_file", "load_array_pickle", "NUMPY_ARRAY_GLOBALS", "check_pickles_in_folder", "check_indexed_shards", "plain_tensor_copy", "PICKLE_SUFFIXES",
            "load_lightning_checkpoint", "plain", "ConfigRecord", "accepted_global", "saved_tokenizer_json",
            "INERT_BUILTINS"]

@@ -22,10 +22,12 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from harness import distributed
-from harness.checkpoint import load_trainer_state, non_finite, read_checkpoint_config, save_checkpoint
+from harness.checkpoint import (load_trainer_state, non_finite, read_checkpoint_config, recover_interrupted_save,
+                                save_checkpoint)
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError, Interrupted, NumericalError
 from harness.health import Health
+from harness.io import PENDING
 from harness.logging import console, progress
 
 
@@ -209,17 +211,20 @@ def validation_loss(model, rows: torch.Tensor, mask: torch.Tensor, cfg: Config, 
 
 #: what a run writes into its folder (``--restart`` removes these, and nothing else)
 RUN_FILES = ("model.safetensors", "trainer_state.pt", "config.yaml", "tokenizer", "train_log.jsonl",
-             "train_log.stale.jsonl", "samples.png")
+             "train_log.stale.jsonl", "samples.png", PENDING)
 LOG = "train_log.jsonl"
 
 
 def clear_run_folder(out: Path) -> None:
-    """Remove what a run wrote into ``out`` (for ``--restart``); other files are left alone."""
+    """Remove what a run wrote into ``out`` (for ``--restart``); other files are left alone.
+
+    A symbolic link in their place (a ``tokenizer/`` linked to a shared folder) is removed as a link:
+    what it points at is never followed into, and stays as it was."""
     import shutil
 
     for name in RUN_FILES:
         path = out / name
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
@@ -317,6 +322,8 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
     image = is_image_spec(cfg.data.corpus)
     if restart and info.is_main:
         clear_run_folder(out)
+    elif info.is_main and (note := recover_interrupted_save(out)):
+        console().print(f"[yellow]note:[/] {note}")
     distributed.barrier()
     if out.exists() and (out / "model.safetensors").exists() and not resume:
         raise CheckpointError(
@@ -368,7 +375,8 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
         if int(meta.get("step", -1)) != start_step:
             raise CheckpointError(
                 f"checkpoint {str(out)!r} is inconsistent: weights at step {meta.get('step')} but trainer state at step {start_step}",
-                fix="a save was interrupted; restore both files from the same save",
+                fix="restore model.safetensors and trainer_state.pt from a copy of one save, or pass --restart "
+                    "to start the run over in this folder (its checkpoint is discarded)",
             )
         model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         ema.shadow = {k[4:]: v.float().clone() for k, v in tensors.items() if k.startswith("ema.")}

@@ -300,17 +300,24 @@ def checkpoint_audit(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
 def audit_checkpoint(checkpoint, *, mc_samples: int, batches: int, batch_size: int, seed: int = 0,
                      device: str = "cpu", log=None) -> BoundAudit:
     """:func:`checkpoint_audit` of the checkpoint's model on the first ``batches * batch_size`` rows of
-    its validation split, packed as in training; the protocol names the checkpoint and the data."""
+    its validation split, packed as in training; the protocol names the checkpoint and the data.
+
+    ``checkpoint``: any source :func:`harness.load` takes (a folder of ours, ``hf:``, ``mdlm-hf:``,
+    ``mdlm-ckpt:``, ``prime-ckpt:``, ``ar-ckpt:``); a release is scored on the split its config
+    names (``wiki-embedded:validation``, as ``eval ppl`` does without ``--data``)."""
     import dataclasses
 
     from pathlib import Path
 
-    from harness.checkpoint import read_checkpoint_config
+    from harness.checkpoint import CONFIG, read_checkpoint_config
     from harness.data import get_corpus, get_packed
     from harness.evaluation import load_for_evaluation
 
-    corpus = get_corpus(read_checkpoint_config(Path(checkpoint))[0].data.corpus)
+    ours = Path(str(checkpoint)).is_dir() and (Path(str(checkpoint)) / CONFIG).is_file()
+    # our own folders may need their corpus to rebuild a bpe:V tokenizer; releases carry their tokenizer
+    corpus = get_corpus(read_checkpoint_config(Path(checkpoint))[0].data.corpus) if ours else None
     _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus)
+    corpus = corpus or get_corpus(cfg.data.corpus)
     d = cfg.data
     valid = get_packed(corpus, d.valid_split, tokenizer, seq_len=d.seq_len, wrap=d.wrap,
                        eos_between_docs=d.eos_between_docs, remainder=d.remainder)

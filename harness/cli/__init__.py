@@ -2,7 +2,8 @@
 
 Results go to stdout (``--json`` for machines); progress and logs go to stderr. Heavy imports
 happen inside commands so ``primebench --help`` is fast. User errors print a message that names the
-problem and the fix, and exit with status 2.
+problem and the fix, and exit with status 2 (so does a file-system error on a path, e.g. a name too
+long); Ctrl-C (SIGINT) prints one line and exits with 130, never a traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +27,32 @@ class _Group(click.Group):
         except (FileNotFoundError, FloatingPointError, ValueError) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
+        except KeyboardInterrupt:  # SIGINT outside `train` (which saves and raises Interrupted): 128 + 2
+            click.echo("\nerror: interrupted (SIGINT); nothing more was written", err=True)
+            click.echo("  fix: run the command again (records and caches are written whole, never in part)", err=True)
+            ctx.exit(130)
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            click.echo(f"error: {exc.strerror or exc}: {str(exc.filename)!r}", err=True)
+            click.echo(f"  fix: {_os_error_fix(exc)}", err=True)
+            ctx.exit(2)
+
+
+def _os_error_fix(exc: OSError) -> str:
+    """What to do about a file-system error on a path the user gave (or one built from it)."""
+    import errno
+
+    return {
+        errno.ENAMETOOLONG: "use a shorter path (names of at most 255 bytes, the whole path under 4096)",
+        errno.EACCES: "use a path you can read and write",
+        errno.EPERM: "use a path you can read and write",
+        errno.EROFS: "write to a folder on a writable file system",
+        errno.ENOSPC: "free space on that disk, or write somewhere else",
+        errno.ELOOP: "remove the loop of symbolic links, or use another path",
+        errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
+        errno.EISDIR: "pass a file, not a folder",
+    }.get(exc.errno, "check the path")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import out_option
+from harness.cli.options import device_option, out_option
 
 
 def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
@@ -24,7 +24,7 @@ def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
 
 
 @click.command("bound")
-@click.argument("checkpoint", required=False, type=click.Path(file_okay=False))
+@click.argument("checkpoint", required=False)
 @click.option("--toy", default=None, metavar="C,ELL,L", callback=_parse_toy,
               help="Shape of the random toy denoisers (without CHECKPOINT). [default: 6,2,2]")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=0),
@@ -35,15 +35,16 @@ def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
 @click.option("--batches", default=4, show_default=True, type=click.IntRange(min=1),
               help="Validation batches to score (with CHECKPOINT).")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
-@click.option("--device", default="cpu", show_default=True, help="torch device for a checkpoint's model.")
+@device_option(help="torch device for a checkpoint's model.")
 @out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
 def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, device, out, as_json):
     """Exact NLL vs the sub-token bound vs the paper's token-joint objective (nats/token).
 
     Without CHECKPOINT: exact enumeration on the reference worked example and random toy models.
-    With CHECKPOINT: Monte Carlo on its validation split (Prime: both numbers; MDLM/masked: the
-    bound; ARM: the exact NLL).
+    With CHECKPOINT (a folder of ours, or a release by prefix: hf:, mdlm-hf:, mdlm-ckpt:, prime-ckpt:,
+    ar-ckpt:): Monte Carlo on its validation split (Prime: both numbers; MDLM/masked: the bound; ARM:
+    the exact NLL).
     """
     from harness.audit.bound import audit_checkpoint, toy_audit
     from harness.cli.emit import emit_record

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import draw_option, int_list, out_option
+from harness.cli.options import device_option, draw_option, int_list, out_option
 
 
 @click.command("precision")
@@ -25,7 +25,7 @@ from harness.cli.options import draw_option, int_list, out_option
 @click.option("--judge", default=None, help="Also report Gen PPL under this judge (smollm2, an HF causal LM folder, arm:CKPT).")
 @click.option("--carry-over/--no-carry-over", default=None, help="Prime: sample with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.")
 @click.option("--ema/--no-ema", default=True, show_default=True, help="Sample from the EMA weights or the raw ones. Recorded.")
-@click.option("--device", default="cpu", show_default=True, help="torch device for the model and the draws.")
+@device_option(help="torch device for the model and the draws.")
 @out_option("Write the JSON record and its plot (same name, .png) into this folder.", dest="out_dir")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
 def precision_cmd(checkpoint, steps, samples, dtypes, method, draw, sampler, controls, batch_size, seed, bits, judge, carry_over,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import out_option
+from harness.cli.options import device_option, out_option
 
 STAGES = ("gemm", "forward", "train_step", "nll_cost", "sampling", "precision_cost", "judge")
 
@@ -12,7 +12,7 @@ STAGES = ("gemm", "forward", "train_step", "nll_cost", "sampling", "precision_co
 @click.command("bench")
 @click.option("--quick", is_flag=True, help="Fewer repeats and smaller sampling runs (about 5 minutes on a 2-core CPU).")
 @click.option("--stages", default=",".join(STAGES), show_default=True, help="Comma-separated stages to run.")
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @out_option("Write bench.json (the record) and README.md (the table) into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def bench_cmd(quick, stages, device, out, as_json):

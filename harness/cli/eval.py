@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import LazyChoice, draw_option, estimator_choices, out_option
+from harness.cli.options import LazyChoice, device_option, draw_option, estimator_choices, out_option
 
 
 @click.group("eval")
@@ -31,7 +31,7 @@ def eval_group():
 @click.option("--ema/--no-ema", default=True, show_default=True, help="Evaluate the EMA weights (as MDLM does) or the raw ones. Recorded.")
 @click.option("--ignore-bos", is_flag=True, help="Give the first position of every row as context, never masked or scored (BD3-LMs' zero-shot protocol). Recorded.")
 @click.option("--references/--no-references", default=True, show_default=True, help="Score the unigram and bigram references (fitted on the train split) on the same tokens, into the record's references.")
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_samples, batch_size, estimator, time_sampler, seed, max_rows, carry_over, ema, ignore_bos, references, device, out, as_json):
@@ -66,7 +66,7 @@ def ppl_cmd(checkpoint, data, seq_len, wrap, eos_between_docs, remainder, mc_sam
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--carry-over/--no-carry-over", default=None, help="Prime: evaluate with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.")
 @click.option("--ema/--no-ema", default=True, show_default=True, help="Evaluate the EMA weights (as MDLM does) or the raw ones. Recorded.")
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def zeroshot_cmd(checkpoint, tasks, mc_samples, batch_size, limit, time_sampler, sampler, steps, draw, bootstrap_iters, seed,

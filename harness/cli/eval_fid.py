@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import draw_option, out_option
+from harness.cli.options import device_option, draw_option, out_option
 
 from harness.cli.emit import emit_record
 from harness.cli.eval import eval_group
@@ -29,7 +29,7 @@ from harness.cli.eval import eval_group
 @draw_option()
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--paper-protocol", is_flag=True, help="CIFAR-10: 50,000 samples vs the train split, Inception, torchmetrics (needs --reference cifar10:PATH).")
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @out_option()
 @click.option("--json", "as_json", is_flag=True)
 def fid_cmd(checkpoint, samples, reference, features, backend, batch_size, inception_weights, classifier_seed, sampler,

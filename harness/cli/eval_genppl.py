@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import draw_option, out_option
+from harness.cli.options import device_option, draw_option, out_option
 
 from harness.cli.emit import emit_record
 from harness.cli.eval import eval_group
@@ -32,7 +32,7 @@ from harness.cli.eval import eval_group
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--bits", is_flag=True, help="Entropy in bits instead of nats.")
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @out_option("Write the record and the samples (JSONL) into this folder.")
 @click.option("--json", "as_json", is_flag=True)
 def genppl_cmd(checkpoint, sampler, steps, samples, dtype, method, nucleus_p, nucleus_rule, draw, carry_over, ema, temperature, seq_len, judge, batch_size, seed, bits, device, out, as_json):

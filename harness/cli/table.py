@@ -21,6 +21,9 @@ _FORMATS = ("rich", "md", "latex", "csv")
 def table_cmd(records, layout, fmt, out):
     """Render a paper-style table from RECORDS (JSON record files or folders of them).
 
+    A file that is not a readable record is skipped with a warning on stderr naming it; the table is
+    built from the rest (exit 0), and only when no file is readable is it an error (exit 2).
+
     Bounds are marked <=, paper objectives †, estimates ~, exact numbers plain; ± is one standard
     error. Protocol settings that differ between rows are flagged (‡) and listed in footnotes.
     """
@@ -29,7 +32,10 @@ def table_cmd(records, layout, fmt, out):
     from harness.errors import PrimebenchError
     from harness.views import build_table, load_records, render, to_rich
 
-    loaded = load_records(records)
+    def warn(path, exc) -> None:  # one bad file in a results folder must not hide the rest
+        click.echo(f"warning: skipped {str(path)!r}: {exc.problem}", err=True)
+
+    loaded = load_records(records, skip=warn)
     if layout is None:
         found = sorted({str(r.get("evaluation")) for r in loaded})
         if len(found) != 1 or found[0] not in _LAYOUTS:

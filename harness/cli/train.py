@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import out_option
+from harness.cli.options import device_option, out_option
 
 
 @click.command("train", context_settings={"ignore_unknown_options": False})
@@ -17,7 +17,7 @@ from harness.cli.options import out_option
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out exactly where it stopped.")
 @click.option("--restart", is_flag=True, help="Discard the run saved in --out (weights, state, log) and start over.")
 @click.option("--stop-after", type=click.IntRange(min=1), default=None, help="Stop (with a checkpoint) after this many steps in this invocation.")
-@click.option("--device", default=None, help="cpu or cuda[:N] [default: cuda when available].")
+@device_option(default=None, help="cpu or cuda[:N] [default: cuda when available].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train_cmd(config, overrides, out, resume, restart, stop_after, device, as_json, quiet):

@@ -9,7 +9,8 @@ def load_for_evaluation(checkpoint, device: str = "cpu", *, corpus=None, carry_o
     """Join torchrun's process group when launched by it, then load the checkpoint on this rank's device.
 
     Returns ``(info, model, tokenizer, cfg)``; a checkpoint without a tokenizer folder gets the
-    tokenizer its config names (``corpus``: the text a ``bpe:V`` tokenizer is trained on, if needed).
+    tokenizer its config names (``corpus``: the text a ``bpe:V`` tokenizer is trained on, if needed),
+    refused unless it is the one training recorded (:func:`harness.checkpoint.rebuild_tokenizer`).
     Every evaluation and audit loads its checkpoint here. ``carry_over``: override Prime's
     carry-over (None: as trained); recorded through the model's protocol. ``ema``: the EMA weights
     (default, as MDLM evaluates) or the raw ones.
@@ -22,7 +23,7 @@ def load_for_evaluation(checkpoint, device: str = "cpu", *, corpus=None, carry_o
     if carry_over is not None:
         model.set_carry_over(carry_over)
     if tokenizer is None:
-        from harness.data import get_tokenizer
+        from harness.checkpoint import rebuild_tokenizer
 
-        tokenizer = get_tokenizer(cfg.data.tokenizer, corpus=corpus)
+        tokenizer = rebuild_tokenizer(checkpoint, cfg.data.tokenizer, corpus=corpus)
     return info, model, tokenizer, cfg

@@ -24,6 +24,7 @@ the task and the local tasks.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import re
@@ -174,12 +175,43 @@ def load_tasks(names: list[str]) -> tuple[dict[str, Any], dict[str, LocalTask]]:
 
     Local tasks need nothing but the installed packages. Registry tasks build a full TaskManager
     (it indexes lm-eval's task folders) and load their datasets here, so that a dataset that needs
-    the network fails with an :class:`OfflineError` naming the task.
+    the network fails with an :class:`OfflineError` naming the task. With the hub switched off or not
+    answering (:func:`harness.offline.hub_reachable`), lm-eval runs with the libraries offline, so a
+    cached dataset loads and any other fails at once rather than after the libraries' retries; with
+    nothing in the Hugging Face cache it fails before lm-eval even indexes its tasks.
     """
+    from harness.offline import hf_cache_holds_datasets, hf_offline, hub_reachable, hub_unreachable_reason, offline_mode
+
+    remote = [n for n in names if n not in LOCAL_TASKS]
+    switched_off = hf_offline()
+    why = None
+    if remote and (switched_off or not hub_reachable()):
+        why = ("switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)" if switched_off
+               else f"unreachable: {hub_unreachable_reason()}")
+    fix = f"use the local tasks ({', '.join(LOCAL_TASKS)}), or connect to the network" + (
+        " and unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE" if switched_off else "")
+    if why and not hf_cache_holds_datasets():  # nothing could load: say so before lm-eval indexes its tasks
+        for name in remote:
+            close = difflib.get_close_matches(name, LOCAL_TASKS, n=1, cutoff=0.6)
+            if close:
+                raise PrimebenchError(f"unknown task {name!r}", fix=f"did you mean {close[0]!r}? local tasks: "
+                                                                    f"{', '.join(LOCAL_TASKS)}")
+        several = len(remote) > 1
+        raise OfflineError(
+            f"task{'s' if several else ''} {', '.join(repr(n) for n in remote)} {'are' if several else 'is'} not "
+            f"local: lm-eval's tasks read their datasets from the Hugging Face Hub, which is {why}, and the Hugging "
+            "Face cache holds no dataset", fix=fix)
+    with offline_mode() if why else contextlib.nullcontext():  # cached datasets load; the rest fail at once
+        return _load_tasks(names, remote, offline_why=why, offline_fix=fix)
+
+
+def _load_tasks(names: list[str], remote: list[str], *, offline_why: str | None,
+                offline_fix: str) -> tuple[dict[str, Any], dict[str, LocalTask]]:
     from lm_eval.tasks import TaskManager
 
+    from harness.offline import is_network_error
+
     local = {n: local_task(n) for n in names if n in LOCAL_TASKS}
-    remote = [n for n in names if n not in LOCAL_TASKS]
     manager = TaskManager(include_defaults=bool(remote))
     if remote:
         known = set(manager.all_tasks)
@@ -197,15 +229,12 @@ def load_tasks(names: list[str]) -> tuple[dict[str, Any], dict[str, LocalTask]]:
         except Exception as exc:  # noqa: BLE001 - a dataset that cannot be fetched becomes an OfflineError
             if name in local:
                 raise
-            from harness.offline import hf_offline, is_network_error
-
-            if hf_offline() or is_network_error(exc):
-                raise OfflineError(
-                    f"task {name!r} reads its dataset from the Hugging Face Hub, which cannot be reached "
-                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
-                    fix=f"connect to the network (unset HF_DATASETS_OFFLINE/HF_HUB_OFFLINE), or use the local tasks: "
-                        f"{', '.join(LOCAL_TASKS)}",
-                ) from exc
+            if offline_why or is_network_error(exc):
+                where = (f"the Hugging Face Hub, which is {offline_why}, and it is not in the Hugging Face cache"
+                         if offline_why else "the Hugging Face Hub, which cannot be reached")
+                raise OfflineError(f"task {name!r} reads its dataset from {where} "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                                   fix=offline_fix) from exc
             raise PrimebenchError(f"lm-eval could not load task {name!r}: {type(exc).__name__}: {exc}",
                                   fix="check the task name and its dataset") from exc
         specs.extend([*loaded["groups"].values()] if loaded["groups"] else [*loaded["tasks"].values()])

@@ -151,6 +151,13 @@ def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: i
             if piece.shape[1] < 2:
                 continue
             nats = judge.target_nll(piece, torch.ones_like(piece)).double()  # (B, w-1): targets w0+1 ..
+            if not bool(torch.isfinite(nats).all()):  # the samples are ids: a NaN here is the judge's
+                from harness.errors import NumericalError
+
+                raise NumericalError(f"the judge {judge.spec!r} gave non-finite log-likelihoods to the samples "
+                                     "(its outputs are NaN or inf); no Gen PPL can be computed",
+                                     fix="pass a judge whose weights and outputs are finite (--judge smollm2, or "
+                                         "re-download the judge)")
             sums += (nats * counted[:, w0 : w0 + piece.shape[1] - 1].double()).sum(-1)
         counts = torch.zeros(len(encoded), dtype=torch.float64)
         for w0 in range(0, T, window):

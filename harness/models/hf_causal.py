@@ -8,12 +8,14 @@ shifted targets, the same ``corruptible`` context handling, the same sampler and
 
 Nothing is unpickled beyond plain tensors and no remote code runs: a folder with safetensors files
 is loaded from them only; a folder with only pickles has each checked with
-``torch.load(weights_only=True)`` first; hub weights are taken as safetensors only.
+``torch.load(weights_only=True)`` first, as is every shard an index (``*.index.json``) names that is
+not a ``.safetensors`` file, whatever its name; hub weights are taken as safetensors only.
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,7 @@ def load_hf_causal(source: str, *, gguf_file: str | None = None, local: Path | N
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from harness.safe_load import check_pickles_in_folder
+    from harness.safe_load import check_indexed_shards, check_pickles_in_folder
 
     hf_logging.disable_progress_bar()
     kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
@@ -76,6 +78,7 @@ def load_hf_causal(source: str, *, gguf_file: str | None = None, local: Path | N
     elif local is not None:
         if any(local.glob("*.safetensors")):
             model_kwargs["use_safetensors"] = True  # never fall back to a pickle next to them
+            check_indexed_shards(local, what=f"{what} weights")  # an index may still name a pickle, by any name
         else:
             check_pickles_in_folder(local, what=f"{what} weights")  # refuse code before transformers unpickles
     else:
@@ -83,6 +86,13 @@ def load_hf_causal(source: str, *, gguf_file: str | None = None, local: Path | N
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs, **model_kwargs)
+    except pickle.UnpicklingError as exc:  # torch refused a pickle the checks above did not see
+        from harness.safe_load import UnsafeFileError
+
+        detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), type(exc).__name__)
+        raise UnsafeFileError(f"{what} {source!r} has a weights file that holds pickled objects other than tensors "
+                              f"({detail}); unpickling it could run arbitrary code, so it is refused",
+                              fix="use the model's safetensors weights, from a source you trust") from None
     except OSError as exc:
         raise OfflineError(f"could not load {what} {source!r}: {exc}".splitlines()[0],
                            fix="check the name or path; hub names need the network (or a local copy)") from exc

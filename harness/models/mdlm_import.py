@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from harness.errors import CheckpointError
+from harness.models.release_config import config_flag, config_size
 
 PREFIX = "mdlm-hf:"
 CKPT_PREFIX = "mdlm-ckpt:"
@@ -82,11 +83,13 @@ def mdlm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: b
     if not folder.is_dir():
         raise CheckpointError(f"{PREFIX}{folder}: not a folder", fix="pass the folder of an MDLM release in the HF layout")
     config = read_mdlm_config(folder)
+    where = str(folder / "config.json")
+    shape = {k: config_size(config, k, where=where, minimum=2 if k == "vocab_size" else 1) for k in CONFIG_KEYS}
+    time_conditioning = config_flag(config, "time_conditioning", where=where, default=False)
     tensors = read_weights(folder)
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
     others = sorted(k for k in tensors if not k.startswith("backbone."))
-    shape = {k: int(config[k]) for k in CONFIG_KEYS}
-    return build_mdlm(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
+    return build_mdlm(state, shape=shape, time_conditioning=time_conditioning,
                       tokenizer_folder=folder, source=f"{PREFIX}{folder}", where=str(folder), extra_keys=others,
                       device=device, tokenizer=_tokenizer(folder, shape["vocab_size"] - 1, tokenizer))
 
@@ -98,7 +101,7 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str |
     under ``ema.shadow_params``, in the order of the network's parameters. The Hydra config under
     ``hyper_parameters`` is read as plain data (:func:`harness.safe_load.load_lightning_checkpoint`)."""
     path = Path(str(source)[len(CKPT_PREFIX):]).expanduser()
-    ckpt = read_release_ckpt(path, what="MDLM checkpoint", ema=ema)
+    ckpt = read_release_ckpt(path, what="MDLM checkpoint", ema=ema, prefix=CKPT_PREFIX)
     shape = _model_shape(ckpt.config, str(path), vocab_size=int(ckpt.state["vocab_embed.embedding"].shape[0]))
     state = _ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
     return build_mdlm(state, shape=shape, time_conditioning=bool(ckpt.config.get("time_conditioning", False)),
@@ -215,8 +218,9 @@ class ReleaseCkpt:
     tokenizer_json: str | None
 
 
-def read_release_ckpt(path: Path, *, what: str, ema: bool) -> ReleaseCkpt:
-    """Read a Lightning checkpoint of MDLM, MDM-Prime or their AR baseline, without running code."""
+def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> ReleaseCkpt:
+    """Read a Lightning checkpoint of MDLM, MDM-Prime or their AR baseline, without running code;
+    one of another kind than ``prefix`` (``mdlm-ckpt:``, ...) is refused naming the right prefix."""
     from harness.safe_load import load_lightning_checkpoint, plain, saved_tokenizer_json
 
     blob = load_lightning_checkpoint(path, what=what)
@@ -229,6 +233,9 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool) -> ReleaseCkpt:
     if "vocab_embed.embedding" not in state:
         raise CheckpointError(f"{str(path)!r} has no backbone.vocab_embed.embedding: not the release's DiT layout",
                               fix="pass a checkpoint of the DiT backbone")
+    from harness.models.sources import check_ckpt_prefix
+
+    check_ckpt_prefix(path, state, config if isinstance(config, dict) else {}, used=prefix)
     shadow = None
     if ema:
         shadow = (blob.get("ema") or {}).get("shadow_params") if isinstance(blob.get("ema"), dict) else None
@@ -261,7 +268,7 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
     from prime.subtokens import subtoken_base
 
     path = Path(str(source)[len(PRIME_PREFIX):]).expanduser()
-    ckpt = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema)
+    ckpt = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema, prefix=PRIME_PREFIX)
     state, config = ckpt.state, ckpt.config
     prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
     ell = int(prime_cfg.get("target_length", 1))
@@ -321,7 +328,7 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
     Rows are ``model.length`` tokens; as in the release, the network reads the first L - 1 and
     scores the L - 1 shifted targets."""
     path = Path(str(source)[len(AR_PREFIX):]).expanduser()
-    ckpt = read_release_ckpt(path, what="AR checkpoint", ema=ema)
+    ckpt = read_release_ckpt(path, what="AR checkpoint", ema=ema, prefix=AR_PREFIX)
     state, config = ckpt.state, ckpt.config
     prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
     if int(prime_cfg.get("target_length", 1)) != 1:

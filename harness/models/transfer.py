@@ -102,20 +102,27 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
 
     from harness.data import load_tokenizer
     from harness.models.mdlm_import import build_ar, build_mdlm, build_prime, load_dit
+    from harness.models.release_config import config_flag, config_size
 
     tensors = load_file(str(folder / WEIGHTS))
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
     tokenizer = load_tokenizer(folder / "tokenizer")
-    shape = {k: int(doc[k]) for k in ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")}
-    common = dict(time_conditioning=bool(doc.get("time_conditioning")), tokenizer_folder=folder, source=str(folder),
+    where = str(folder / "config.json")
+    shape = {k: config_size(doc, k, where=where, minimum={"vocab_size": 2, "cond_dim": 0}.get(k, 1))
+             for k in ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")}
+    time_conditioning = config_flag(doc, "time_conditioning", where=where, default=False)
+    common = dict(time_conditioning=time_conditioning, tokenizer_folder=folder, source=str(folder),
                   where=str(folder), device=device, tokenizer=tokenizer)
-    if doc.get("causal"):
+    if config_flag(doc, "causal", where=where, default=False):
         shape.update(causal=True)
         return build_ar(load_dit(state, shape, where=str(folder), extra_keys=[]), shape=shape, tokenizer=tokenizer,
                         source=str(folder), ema=None, device=device, name=folder.name)
     if "prime" in doc:
-        shape.update(vocab_out=int(doc["vocab_out"]), ell=int(doc["prime"]["ell"]))
-        return build_prime(state, shape=shape, carry_over=bool(doc["prime"]["carry_over"]), **common)
+        prime = doc["prime"] if isinstance(doc["prime"], dict) else {}
+        shape.update(vocab_out=config_size(doc, "vocab_out", where=where),
+                     ell=config_size(prime, "ell", where=where, minimum=2, label="prime.ell"))
+        carry_over = config_flag(prime, "carry_over", where=where, default=True, label="prime.carry_over")
+        return build_prime(state, shape=shape, carry_over=carry_over, **common)
     return build_mdlm(state, shape=shape, extra_keys=[], **common)
 
 

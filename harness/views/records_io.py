@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from harness.errors import PrimebenchError
 
 
-def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+def load_records(paths: Iterable[str | Path], *,
+                 skip: Callable[[Path, PrimebenchError], None] | None = None) -> list[dict[str, Any]]:
     """Read every record named by ``paths``: JSON files, or folders (all ``*.json`` inside,
-    recursively, in sorted order). A file that is not a record raises :func:`read_record`'s error."""
+    recursively, in sorted order). A file that is not a record raises :func:`read_record`'s error;
+    with ``skip``, it is passed to ``skip(path, error)`` and left out instead, and only a set of
+    paths where no file is readable raises (naming each problem)."""
     from harness.records import read_record
 
     paths = [Path(p) for p in paths]
@@ -22,7 +25,22 @@ def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         names = ", ".join(repr(str(p)) for p in paths) or "(none given)"
         raise PrimebenchError(f"no records found in {names}",
                               fix="pass record files or folders written by `primebench eval ... --out DIR`")
-    return [read_record(f) for f in files]
+    if skip is None:
+        return [read_record(f) for f in files]
+    records, problems = [], []
+    for file in files:
+        try:
+            records.append(read_record(file))
+        except (PrimebenchError, OSError) as exc:
+            if isinstance(exc, OSError):
+                exc = PrimebenchError(f"record {str(file)!r} cannot be read ({exc.strerror or exc})")
+            problems.append(exc.problem)
+            skip(file, exc)
+    if not records:
+        raise PrimebenchError(f"none of the {len(files)} JSON file{'s' if len(files) > 1 else ''} is a readable record: "
+                              + "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else ""),
+                              fix="pass record files or folders written by `primebench eval ... --out DIR`")
+    return records
 
 
 __all__ = ["load_records"]

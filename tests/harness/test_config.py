@@ -124,3 +124,35 @@ def test_numeric_keys_are_range_checked(override, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config("tiny/arm", [override])
     assert info.value.fix
+
+
+def test_a_wrong_type_names_the_override_or_the_file_and_the_key(tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        load_config("tiny/arm", ["train.steps=abc"])
+    assert exc.value.problem.startswith("override 'train.steps=abc': ") and "must be an integer" in exc.value.problem
+    path = tmp_path / "run.yaml"
+    path.write_text("name: mine\ntrain:\n  lr: fast\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path))
+    assert exc.value.problem.startswith(f"config file {str(path)!r}: ") and "'train.lr' must be a number" in exc.value.problem
+    with pytest.raises(ConfigError, match=r"^override 'train.lr=slow'"):  # the override, not the file, set it last
+        load_config(str(path), ["train.lr=slow"])
+    path.write_text("train: 5\n")
+    with pytest.raises(ConfigError, match=r"config file '.*run.yaml', key train: config section"):
+        load_config(str(path))
+    path.write_text("model:\n  family: arm\n  d_model: 30\n  n_heads: 4\n")
+    with pytest.raises(ConfigError, match=r"config file '.*run.yaml' with the overrides seed=1: .*divisible"):
+        load_config(str(path), ["seed=1"])
+    with pytest.raises(ConfigError, match=r"^override 'model.famly=x': unknown config key 'model.famly'"):
+        load_config("tiny/arm", ["model.famly=x"])
+
+
+def test_a_wrong_type_on_the_cli_names_the_file_and_the_key(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    path = tmp_path / "run.yaml"
+    path.write_text("name: mine\ntrain:\n  lr: fast\n")
+    res = CliRunner().invoke(main, ["train", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and str(path) in res.output and "train.lr" in res.output and "fix:" in res.output

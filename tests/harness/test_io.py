@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 
@@ -33,13 +34,15 @@ def test_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
 
 
 def test_failed_replace_never_exposes_a_partial_file(tmp_path, monkeypatch):
+    from harness.errors import WriteError
+
     path = tmp_path / "new.txt"
 
     def no_replace(src, dst):
         raise OSError("replace failed")
 
     monkeypatch.setattr(os, "replace", no_replace)
-    with pytest.raises(OSError, match="replace failed"):
+    with pytest.raises(WriteError, match="replace failed"):
         atomic_write_text(path, "never seen")
     assert list(tmp_path.iterdir()) == []
 
@@ -101,3 +104,145 @@ def test_folder_lock_is_exclusive_and_released(tmp_path):
                 pass
     with FolderLock(tmp_path / "run"):
         pass
+
+
+class _FullDisk:
+    """A file opened for writing on a disk with no space left: the file is created, every write fails."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+
+def full_disk(monkeypatch, *, when=lambda name: True):
+    """Make every file that harness.io opens for writing (and whose name passes ``when``) hit ENOSPC."""
+    import builtins
+
+    import harness.io
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        handle = builtins.open(file, mode, *args, **kwargs)
+        writing = any(flag in mode for flag in "wxa+")
+        return _FullDisk(handle) if writing and when(os.path.basename(file)) else handle
+
+    monkeypatch.setattr(harness.io, "open", fake_open, raising=False)
+
+
+def test_a_full_disk_keeps_the_old_file_and_names_the_path_and_the_fix(tmp_path, monkeypatch):
+    from harness.errors import PrimebenchError
+
+    path = tmp_path / "record.json"
+    atomic_write_text(path, "old")
+    full_disk(monkeypatch)
+    with pytest.raises(PrimebenchError) as info:
+        atomic_write_text(path, "new")
+    assert str(path) in info.value.problem and "No space left on device" in info.value.problem
+    assert "ENOSPC" in info.value.problem and "free space" in info.value.fix and "--out" in info.value.fix
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_a_full_disk_while_creating_a_record_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from harness.errors import PrimebenchError
+    from harness.io import create_exclusive
+    from harness.records import write_record
+
+    full_disk(monkeypatch)
+    with pytest.raises(PrimebenchError, match="No space left") as info:
+        create_exclusive(tmp_path / "r.json", b"{}")
+    assert str(tmp_path / "r.json") in info.value.problem and "free space" in info.value.fix
+    assert list(tmp_path.iterdir()) == []
+    # a record with an attachment: the disk fills up at the record, and its attachment goes too
+    full_disk(monkeypatch, when=lambda name: ".json." in name)  # the record's temporary name, not the .jsonl
+    record = {"evaluation": "x", "model": {"name": "m"}, "protocol": {}}
+    with pytest.raises(PrimebenchError, match="No space left"):
+        write_record(record, tmp_path / "out", attachments={"samples_file": (".samples.jsonl", b"{}\n")})
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_lock_file_that_is_a_symbolic_link_is_refused_and_its_target_kept(tmp_path):
+    from harness.errors import PrimebenchError
+    from harness.io import FolderLock
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("years of notes")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(precious)
+    with pytest.raises(PrimebenchError, match="symbolic link") as info:
+        with FolderLock(run):
+            pass
+    assert str(run / ".lock") in info.value.problem and "remove the link" in info.value.fix
+    assert precious.read_text() == "years of notes"
+    (run / ".lock").unlink()
+    (run / ".lock").symlink_to(tmp_path / "dangling.txt")  # a dangling link would create its target
+    with pytest.raises(PrimebenchError, match="symbolic link"):
+        with FolderLock(run):
+            pass
+    assert not (tmp_path / "dangling.txt").exists()
+    (run / ".lock").unlink()
+    with FolderLock(run):  # the link removed, as the fix says: the lock works again
+        pass
+
+
+def test_a_lock_file_with_another_hard_link_is_refused_and_its_twin_kept(tmp_path):
+    from harness.errors import PrimebenchError
+    from harness.io import FolderLock
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("years of notes")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.link(precious, run / ".lock")
+    with pytest.raises(PrimebenchError, match="hard links"):
+        with FolderLock(run):
+            pass
+    assert precious.read_text() == "years of notes"
+
+
+def test_replace_together_after_a_crash_holds_all_old_or_all_new_files(tmp_path, monkeypatch):
+    """A crash before the staged files are complete keeps every old file; a crash after it (between
+    two moves into place) is completed by finish_replace_together."""
+    import harness.io
+    from harness.errors import WriteError
+    from harness.io import PENDING, finish_replace_together, replace_together
+
+    replace_together(tmp_path, {"a": b"a1", "b": b"b1"}, note="step 1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    full_disk(monkeypatch, when=lambda name: name == "b")
+    with pytest.raises(WriteError, match="No space left") as info:
+        replace_together(tmp_path, {"a": b"a2", "b": b"b2"}, note="step 2")
+    assert str(tmp_path / "b") in info.value.problem
+    assert (tmp_path / "a").read_bytes() == b"a1" and (tmp_path / "b").read_bytes() == b"b1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    monkeypatch.undo()
+
+    class Killed(BaseException):
+        pass
+
+    real_replace = os.replace
+
+    def killed_at_b(src, dst):
+        if os.path.basename(dst) == "b":
+            raise Killed
+        real_replace(src, dst)
+
+    monkeypatch.setattr(harness.io.os, "replace", killed_at_b)
+    with pytest.raises(Killed):
+        replace_together(tmp_path, {"a": b"a3", "b": b"b3"}, note="step 3")
+    monkeypatch.undo()
+    assert (tmp_path / "a").read_bytes() == b"a3" and (tmp_path / "b").read_bytes() == b"b1"  # torn, for now
+    found = finish_replace_together(tmp_path)
+    assert found.completed and found.note == "step 3"
+    assert (tmp_path / "a").read_bytes() == b"a3" and (tmp_path / "b").read_bytes() == b"b3"
+    assert not (tmp_path / PENDING).exists() and finish_replace_together(tmp_path) is None

@@ -74,6 +74,75 @@ def test_torn_checkpoint_detected(tmp_path):
         train(cfg, tmp_path / "r", quiet=True, resume=True)
 
 
+class _Killed(BaseException):
+    """A SIGKILL stand-in: not an Exception, so no `except Exception` tidies up after it."""
+
+
+def test_a_save_killed_between_the_weights_and_the_state_is_completed_on_resume(tmp_path, monkeypatch, capsys):
+    """A kill after the save's weights are in place but before its trainer state is: resume finds the
+    whole save (nothing is lost) and continues to the same bytes as an uninterrupted run."""
+    import harness.io
+
+    cfg = load_config("tiny/arm", ["train.steps=6", "train.save_every=2", "train.eval_every=2"])
+    train(cfg, tmp_path / "full", quiet=True)
+    real_replace, saves = os.replace, []
+
+    def killed_at_the_second_state(src, dst):
+        if os.path.basename(dst) == "trainer_state.pt":
+            saves.append(dst)
+            if len(saves) == 2:  # the save at step 4
+                raise _Killed
+        real_replace(src, dst)
+
+    monkeypatch.setattr(harness.io.os, "replace", killed_at_the_second_state)
+    with pytest.raises(_Killed):
+        train(cfg, tmp_path / "r", quiet=True)
+    monkeypatch.undo()
+    capsys.readouterr()
+    resumed = train(cfg, tmp_path / "r", quiet=True, resume=True)
+    assert "completed the save (step 4)" in " ".join(capsys.readouterr().err.split())  # the user is told
+    assert resumed.step == 6 and _log_steps(tmp_path / "r") == [1, 2, 3, 4, 5, 6]
+    for name in ("model.safetensors", "config.yaml"):
+        assert (tmp_path / "r" / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+    # the trainer state's values (its pickle's bytes differ after any resume, interrupted or not)
+    got, want = (torch.load(tmp_path / run / "trainer_state.pt", weights_only=True) for run in ("r", "full"))
+    assert got["step"] == want["step"] == 6 and torch.equal(got["torch_rng"], want["torch_rng"])
+    assert all(torch.equal(got["optimizer"]["state"][i][k], v) for i, s in want["optimizer"]["state"].items()
+               for k, v in s.items())
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(p.name for p in (tmp_path / "full").iterdir())
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_save_whole(tmp_path, monkeypatch):
+    """ENOSPC while the trainer state of the save at step 4 is written: a clear error, the save at
+    step 2 intact (weights and state), and resume from it reaches the uninterrupted run's bytes."""
+    from safetensors import safe_open
+
+    from harness.errors import PrimebenchError
+    from tests.harness.test_io import full_disk
+
+    cfg = load_config("tiny/arm", ["train.steps=6", "train.save_every=2", "train.eval_every=2"])
+    train(cfg, tmp_path / "full", quiet=True)
+    states = []
+
+    def second_state(name):
+        if "trainer_state.pt" in name:
+            states.append(name)
+        return "trainer_state.pt" in name and len(states) == 2
+
+    full_disk(monkeypatch, when=second_state)
+    with pytest.raises(PrimebenchError, match="No space left") as info:
+        train(cfg, tmp_path / "r", quiet=True)
+    monkeypatch.undo()
+    assert "trainer_state.pt" in info.value.problem and "free space" in info.value.fix
+    with safe_open(str(tmp_path / "r" / "model.safetensors"), framework="pt") as fh:
+        assert fh.metadata()["step"] == "2"
+    assert int(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)["step"]) == 2
+    assert not any(p.name.endswith(".tmp") or p.name == ".pending" for p in (tmp_path / "r").iterdir())
+    resumed = train(cfg, tmp_path / "r", quiet=True, resume=True)
+    assert resumed.step == 6
+    assert (tmp_path / "r" / "model.safetensors").read_bytes() == (tmp_path / "full" / "model.safetensors").read_bytes()
+
+
 def test_ddp_two_cpu_processes_match_one(tmp_path):
     """torchrun with two gloo ranks splits the same global batch and ends at the same weights."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))

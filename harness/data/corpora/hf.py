@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from harness.data.corpora.base import CORPUS_KINDS, Corpus, make_corpus, split_hf_body
 from harness.errors import DataError, OfflineError
-from harness.offline import hf_offline, hub_reachable, is_network_error
+from harness.offline import hf_offline, hub_reachable, hub_unreachable_reason, is_network_error
 
 
 @CORPUS_KINDS.register("hf")
@@ -31,7 +31,7 @@ def _load_hf(arg: str) -> Corpus:
         )
     if not hub_reachable():  # fail now rather than after the library's retries
         raise OfflineError(
-            f"corpus 'hf:{arg}' needs the Hugging Face hub, which cannot be reached",
+            f"corpus 'hf:{arg}' needs the Hugging Face hub, which cannot be reached ({hub_unreachable_reason()})",
             fix=offline_fix + "; with a cached copy, set HF_DATASETS_OFFLINE=1",
         )
     try:

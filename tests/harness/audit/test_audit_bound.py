@@ -127,3 +127,19 @@ def test_checkpoint_audit_labels_each_family():
     assert row.to_record()["kinds"] == {"subtoken_bound": "bound"} and row.exact_nll is None
     with pytest.raises(PrimebenchError, match="mc-samples"):
         checkpoint_audit(build_model("mdlm", **sizes), x, None, num_samples=1)
+
+
+@pytest.mark.parametrize("source, families", [
+    ("prime-ckpt:{}/prime-l2.ckpt", {"subtoken_bound": "bound", "token_joint": "paper-objective"}),
+    ("mdlm-hf:{}/mdlm-owt", {"subtoken_bound": "bound"}),
+    ("ar-ckpt:{}/ar.ckpt", {"exact_nll": "exact"}),
+])
+def test_release_checkpoints_by_prefix_as_every_audit_takes_them(release_files, source, families):
+    source = source.format(release_files)
+    res = _invoke(source, "--batches", "1", "--batch-size", "2", "--mc-samples", "2", "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    assert rec["protocol"]["checkpoint"] == source and rec["protocol"]["corpus"] == "wiki-embedded"
+    assert rec["model"]["checkpoint_sha256"]
+    (row,) = rec["rows"]
+    assert {k: v["kind"] for k, v in row["metrics"].items()} == families

@@ -35,6 +35,43 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, command):
     assert target.read_text() == "keep me"
 
 
+@pytest.mark.parametrize("command", [
+    ["eval", "ppl", "CKPT"], ["eval", "genppl", "CKPT"], ["eval", "zeroshot", "CKPT", "--tasks", "x"],
+    ["eval", "fid", "CKPT"], ["audit", "idle", "--length", "8", "--steps", "8", "--ell", "1"],
+    ["audit", "precision", "CKPT"], ["audit", "bound", "--toy", "4,2,2"], ["train", "tiny/arm"],
+    ["audit", "gumbel"], ["bench"], ["quickstart"], ["reproduce", "quickstart"], ["reproduce", "small"],
+    ["reproduce", "precision"], ["export", "CKPT"], ["import", "CKPT"],
+])
+def test_an_empty_out_is_refused_before_any_work(tmp_path, monkeypatch, command):
+    """An empty --out means the current folder: `train --out ''` would spread a checkpoint there."""
+    monkeypatch.chdir(tmp_path)
+    for out in ("", " "):
+        res = _run(*[str(tmp_path / "missing-ckpt") if a == "CKPT" else a for a in command], "--out", out)
+        assert res.exit_code == 2 and "empty folder name" in res.output, res.output
+        assert "missing-ckpt" not in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_file_that_is_a_symbolic_link_is_refused_and_its_target_kept(tmp_path):
+    precious = tmp_path / "notes.txt"
+    precious.write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(precious)
+    res = _run("train", "tiny/arm", "train.steps=2", "--out", str(run))
+    assert res.exit_code == 2 and "symbolic link" in res.output and "remove the link" in res.output
+    assert precious.read_text() == "keep me" and sorted(p.name for p in run.iterdir()) == [".lock"]
+
+
+def test_a_full_disk_at_the_record_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):
+    from tests.harness.test_io import full_disk
+
+    full_disk(monkeypatch)
+    res = _run("audit", "bound", "--toy", "4,2,2", "--out", str(tmp_path / "out"))
+    assert res.exit_code == 2 and "No space left on device" in res.output and "free space" in res.output
+    assert "Traceback" not in res.output and list((tmp_path / "out").iterdir()) == []
+
+
 def test_nan_weights_are_an_error_and_no_record_is_written(trained, tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -241,3 +241,38 @@ def test_every_judge_kind_gets_separators_mapped_and_recorded(trained, arm_judge
         assert sep["judge_eos_id"] == judge.eos_id and sep["model_ids"] == [256]
         mapped = record["protocol"]["judge_retokenization"]["separators_mapped"]
         assert mapped == sum(r["tokens"].count(256) for r in rows) and mapped >= 2  # BOS of each sample at least
+
+
+class _NaNJudge(_CountingJudge):
+    spec = "nan-judge"
+
+    def target_nll(self, ids, attention_mask):
+        return torch.full((ids.shape[0], ids.shape[1] - 1), float("nan"), dtype=torch.float64)
+
+
+def test_a_judge_that_outputs_nan_is_named_not_the_model():
+    from harness.errors import NumericalError
+
+    with pytest.raises(NumericalError, match="the judge 'nan-judge' gave non-finite") as err:
+        score_texts(_NaNJudge(), ["hello"], max_length=10)
+    assert "judge" in err.value.fix
+
+
+def test_a_judge_with_nan_weights_is_refused_before_sampling(trained, tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from harness.data import get_tokenizer
+
+    folder = tmp_path / "nan-judge"
+    tok = PreTrainedTokenizerFast(tokenizer_object=get_tokenizer("gpt2")._backend, eos_token="<|endoftext|>")
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=50257))
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight.fill_(float("nan"))
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    res = CliRunner().invoke(main, ["eval", "genppl", str(trained("mdlm")), "--judge", str(folder), "--samples", "2",
+                                    "--steps", "4", "--out", str(tmp_path / "rec")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert f"the judge {str(folder)!r} has weights that are not finite" in res.output
+    assert "transformer.h.0.mlp.c_fc.weight" in res.output and "the model's outputs" not in res.output
+    assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").iterdir())

@@ -90,3 +90,53 @@ def test_hf_sources_are_safe_and_errors_are_clear(gpt2_folder, tmp_path, monkeyp
         harness.load("hf:gpt2-large")
     res = CliRunner().invoke(main, ["eval", "ppl", "hf:gpt2-large"])
     assert res.exit_code == 2 and "hf:/path/to/model" in res.output
+
+
+@pytest.mark.parametrize("index", ["pytorch_model.bin.index.json", "model.safetensors.index.json"])
+@pytest.mark.parametrize("keep_safetensors", [False, True])
+def test_an_index_naming_a_code_pickle_under_another_name_is_refused(gpt2_folder, tmp_path, index, keep_safetensors):
+    """transformers hands any shard not named .safetensors to torch.load, whose own refusal suggests
+    weights_only=False: our error comes first and never suggests it."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from harness.safe_load import UnsafeFileError
+
+    marker = tmp_path / "CODE_RAN"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    folder = tmp_path / "indexed"
+    shutil.copytree(gpt2_folder, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    if not keep_safetensors:
+        (folder / "model.safetensors").unlink()
+    torch.save({**weights, "x": Payload()}, folder / "weights-00001-of-00001.data")
+    (folder / index).write_text(json.dumps({"metadata": {}, "weight_map": dict.fromkeys(weights, "weights-00001-of-00001.data")}))
+    with pytest.raises(UnsafeFileError) as err:
+        harness.load(f"hf:{folder}")
+    assert "weights-00001-of-00001.data" in err.value.problem and index in err.value.problem
+    assert "weights_only" not in str(err.value) and not marker.exists()
+    res = CliRunner().invoke(main, ["eval", "ppl", f"hf:{folder}", "--max-rows", "1"])
+    assert res.exit_code == 2 and "arbitrary code" in res.output and "weights_only" not in res.output
+    assert "Traceback" not in res.output and not marker.exists()
+
+
+def test_an_index_naming_a_shard_outside_its_folder_is_refused(tmp_path):
+    from harness.safe_load import UnsafeFileError, check_pickles_in_folder
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, tmp_path / "outside.data")
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"w": "../outside.data"}}))
+    with pytest.raises(UnsafeFileError, match="outside its folder"):
+        check_pickles_in_folder(folder, what="model weights")
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"w": "shard.data"}}))
+    torch.save({"w": torch.ones(2)}, folder / "shard.data")  # a plain-tensor shard by any name is fine
+    assert check_pickles_in_folder(folder, what="model weights") == [folder / "shard.data"]
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weights": []}))
+    with pytest.raises(PrimebenchError, match="no weight_map"):
+        check_pickles_in_folder(folder, what="model weights")

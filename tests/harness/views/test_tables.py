@@ -240,3 +240,22 @@ def test_records_without_label_show_the_bare_family_after_ranked_rows():
     assert [(r[0].text, r[1].text) for r in table.rows] == [("zz", "mdlm"), ("aa", "prime")]
     zs = build_table([old, new], "zeroshot")
     assert [r[1].text for r in zs.rows] == ["mdlm", "prime"]
+
+
+def test_cli_table_skips_a_bad_file_with_a_warning_and_renders_the_rest(tmp_path):
+    folder = tmp_path / "recs"
+    for rec in _three():
+        write_record(rec, folder)
+    (folder / "broken.json").write_text("{nope")
+    (folder / "config.json").write_text('{"model_type": "gpt2"}')  # a JSON file that is not a record
+    res = CliRunner().invoke(main, ["table", str(folder), "--format", "md"])
+    assert res.exit_code == 0, res.output
+    assert all(f"| {name} |" in res.stdout for name in ("ar", "md", "pr")) and "3 records" in res.stdout
+    assert f"warning: skipped {str(folder / 'broken.json')!r}: " in res.stderr and "not valid JSON" in res.stderr
+    assert f"warning: skipped {str(folder / 'config.json')!r}: " in res.stderr
+    assert "warning" not in res.stdout
+    only_bad = tmp_path / "bad"
+    only_bad.mkdir()
+    (only_bad / "broken.json").write_text("{nope")
+    res = CliRunner().invoke(main, ["table", str(only_bad)])
+    assert res.exit_code == 2 and "none of the 1 JSON file is a readable record" in res.output and "Traceback" not in res.output

@@ -1,0 +1,131 @@
+"""Which load prefix a file or folder needs, so that a wrong prefix is an error naming the right one.
+
+:func:`harness.load` dispatches on the prefix of its source (``hf:``, ``mdlm-hf:``, ``mdlm-ckpt:``,
+``prime-ckpt:``, ``ar-ckpt:``, none for our own folders). Given the wrong one, a loader would fail
+somewhere deep inside (a tokenizer of the wrong size, EMA tensors that do not match, a missing
+``config.yaml``) with a message that names neither the mix-up nor the way out. Here the file is
+looked at first, cheaply: a folder by its ``config.yaml`` / ``config.json``, a Lightning ``.ckpt`` by
+its keys and Hydra config (memory mapped, never unpickled beyond plain data), and a source whose
+prefix does not fit gets a :class:`~harness.errors.CheckpointError` naming the file, what it is, and
+the source to pass instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.errors import CheckpointError
+
+PREFIXES = ("hf:", "mdlm-hf:", "mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:")
+
+#: what the file or folder that each prefix loads is ("" is our own checkpoint folder)
+WHAT = {
+    "": "a primebench checkpoint folder (config.yaml), which loads as a plain path",
+    "hf:": "a transformers model folder (config.json with model_type), which loads with hf:",
+    "mdlm-hf:": "an MDLM release in the Hugging Face layout (config.json with hidden_dim, n_blocks, ...), "
+                "which loads with mdlm-hf:",
+    "mdlm-ckpt:": "an MDLM Lightning checkpoint (or MDM-Prime's with ell = 1), which loads with mdlm-ckpt:",
+    "prime-ckpt:": "an MDM-Prime checkpoint (prime.target_length = ell > 1), which loads with prime-ckpt:",
+    "ar-ckpt:": "the releases' autoregressive baseline (backbone: ar, no adaLN), which loads with ar-ckpt:",
+}
+
+
+#: ``model_type`` values of the MDLM release's HF ``config.json`` (kuleshov-group/mdlm-owt)
+RELEASE_MODEL_TYPES = frozenset({"mdlm"})
+
+def split_source(source: str) -> tuple[str, str]:
+    """``"mdlm-ckpt:x.ckpt"`` -> ``("mdlm-ckpt:", "x.ckpt")``; an unprefixed path -> ``("", path)``."""
+    prefix = next((p for p in PREFIXES if source.startswith(p)), "")
+    return prefix, source[len(prefix):]
+
+
+def ckpt_prefix(state: dict[str, Any], config: dict[str, Any]) -> str:
+    """The prefix of a release checkpoint, from its ``backbone.*`` keys (without ``backbone.``) and
+    its Hydra config: the AR baseline has no adaLN / sigma_map (and ``backbone: ar``); a diffusion
+    checkpoint is MDM-Prime's when ``prime.target_length`` > 1, else MDLM's layout."""
+    if config.get("backbone") == "ar" or not any(k.startswith(("sigma_map.", "blocks.0.adaLN")) for k in state):
+        return "ar-ckpt:"
+    prime = config.get("prime") if isinstance(config.get("prime"), dict) else {}
+    try:
+        ell = int(prime.get("target_length", 1))
+    except (TypeError, ValueError):
+        ell = 1
+    return "prime-ckpt:" if ell > 1 else "mdlm-ckpt:"
+
+
+def check_ckpt_prefix(path: Path, state: dict[str, Any], config: dict[str, Any], *, used: str) -> None:
+    """Refuse a release checkpoint loaded with the prefix ``used`` when it is another kind."""
+    right = ckpt_prefix(state, config)
+    if right != used:
+        raise _wrong_prefix(path, used, right)
+
+
+def folder_prefixes(folder: Path) -> tuple[str, ...] | None:
+    """The prefixes a folder loads with (the first is the one to suggest); None when unknown.
+
+    Folders written by ``primebench import`` / ``export`` are left to their loader (None)."""
+    from harness.models.mdlm_import import CONFIG_KEYS
+    from harness.models.transfer import is_transfer_folder
+
+    if (folder / "config.yaml").is_file():
+        return ("",)
+    if is_transfer_folder(folder) or not (folder / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # the loader reports a damaged config.json
+    if not isinstance(config, dict):
+        return None
+    if config.get("model_type") in RELEASE_MODEL_TYPES or all(k in config for k in CONFIG_KEYS):
+        return ("mdlm-hf:",)
+    if "model_type" in config or "architectures" in config:
+        return ("hf:",)
+    return None
+
+
+def file_prefix(path: Path) -> str | None:
+    """The prefix of a Lightning ``.ckpt`` (read memory mapped, plain data only); None for other files
+    or a file that is not a release checkpoint (its loader says why)."""
+    if path.suffix != ".ckpt":
+        return None
+    from harness.safe_load import load_lightning_checkpoint, plain
+
+    blob = load_lightning_checkpoint(path, what="checkpoint", mmap=True)  # refuses code, as every load does
+    if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
+        return None
+    hp = plain(blob.get("hyper_parameters") or {})
+    config = hp.get("config", hp) if isinstance(hp, dict) else {}
+    state = {k.removeprefix("backbone."): None for k in blob["state_dict"] if k.startswith("backbone.")}
+    return ckpt_prefix(state, config if isinstance(config, dict) else {}) if state else None
+
+
+def check_source(source: str) -> None:
+    """Refuse a source whose prefix does not fit the file or folder it names (see the module
+    docstring). Sources that do not exist, hub names and unknown layouts pass: their loader reports
+    them. A ``*-ckpt:`` prefix on a file is checked by the loader itself, which reads the file anyway
+    (:func:`check_ckpt_prefix`)."""
+    used, body = split_source(str(source))
+    path = Path(body.partition("#")[0] if used == "hf:" else body).expanduser()
+    if path.is_dir():
+        fits = folder_prefixes(path)
+    elif path.is_file() and used not in ("mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:"):
+        right = file_prefix(path)
+        fits = None if right is None else (right,)
+    else:
+        return
+    if fits is None or used in fits:
+        return
+    raise _wrong_prefix(path, used, fits[0])
+
+
+def _wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
+    mismatch = f"{used} does not load it" if used else "without a prefix it does not load"
+    return CheckpointError(f"{str(path)!r} is {WHAT[right]}; {mismatch}",
+                           fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}")
+
+
+__all__ = ["PREFIXES", "check_ckpt_prefix", "check_source", "ckpt_prefix", "file_prefix", "folder_prefixes",
+           "split_source"]
