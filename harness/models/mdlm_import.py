@@ -104,7 +104,8 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str |
     ckpt = read_release_ckpt(path, what="MDLM checkpoint", ema=ema, prefix=CKPT_PREFIX)
     shape = _model_shape(ckpt.config, str(path), vocab_size=int(ckpt.state["vocab_embed.embedding"].shape[0]))
     state = _ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
-    return build_mdlm(state, shape=shape, time_conditioning=bool(ckpt.config.get("time_conditioning", False)),
+    return build_mdlm(state, shape=shape, time_conditioning=config_flag(ckpt.config, "time_conditioning", where=str(path),
+                                                                        default=False),
                       tokenizer_folder=path.parent, source=f"{CKPT_PREFIX}{path}", where=str(path),
                       extra_keys=[], device=device, ema=ema,
                       tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer, saved=ckpt.tokenizer_json))
@@ -248,14 +249,12 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> Relea
 
 
 def _model_shape(config: dict, where: str, **extra) -> dict:
+    """The network sizes in the Hydra config under ``hyper_parameters``, read strictly (integers >= 1)."""
     model_cfg = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
-    try:
-        return {"model_length": int(model_cfg["length"]), "hidden_dim": int(model_cfg["hidden_size"]),
-                "cond_dim": int(model_cfg["cond_dim"]), "n_blocks": int(model_cfg["n_blocks"]),
-                "n_heads": int(model_cfg["n_heads"]), **extra}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{where}: the config in hyper_parameters lacks model.{exc}",
-                              fix="pass the release's own .ckpt (its Hydra config names the model size)") from exc
+    keys = {"model_length": "length", "hidden_dim": "hidden_size", "cond_dim": "cond_dim", "n_blocks": "n_blocks",
+            "n_heads": "n_heads"}
+    return {ours: config_size(model_cfg, theirs, where=f"{where} (hyper_parameters)", label=f"model.{theirs}")
+            for ours, theirs in keys.items()} | extra
 
 
 def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
@@ -285,8 +284,10 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
     shape = _model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
     if ckpt.shadow is not None:
         state = _ema_state(state, ckpt.shadow, shape, where=str(path))
-    return build_prime(state, shape=shape, time_conditioning=bool(config.get("time_conditioning", False)),
-                       carry_over=bool(prime_cfg.get("carry_over", True)), tokenizer_folder=path.parent,
+    return build_prime(state, shape=shape,
+                       time_conditioning=config_flag(config, "time_conditioning", where=str(path), default=False),
+                       carry_over=config_flag(prime_cfg, "carry_over", where=str(path), default=True,
+                                              label="prime.carry_over"), tokenizer_folder=path.parent,
                        source=f"{PRIME_PREFIX}{path}", where=str(path), device=device, ema=ema,
                        tokenizer=_tokenizer(path.parent, C, tokenizer, saved=ckpt.tokenizer_json))
 
