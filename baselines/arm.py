@@ -44,7 +44,9 @@ class ARM(ModelFamily):
     autoregressive = True
     samplers = ("autoregressive",)
     estimators = (EXACT,)
-    token_convention = "exact NLL of the L-1 shifted targets of each row (the first token is given), as MDLM's AR baseline"
+    token_convention = (
+        "exact NLL of the L-1 shifted targets of each row (the first token is given), as MDLM's AR baseline"
+    )
 
     def __init__(
         self,
@@ -68,14 +70,17 @@ class ARM(ModelFamily):
         if mixer_width:  # recorded only when on, so the plain network's hyper-parameters are unchanged
             hparams.update(mixer_width=int(mixer_width), mixer_placement=mixer_placement)
         super().__init__(
-            vocab_size=vocab_size, seq_len=seq_len,
+            vocab_size=vocab_size,
+            seq_len=seq_len,
             hparams=dict(hparams, positions=positions, image_shape=image_shape, start_token=start_token),
         )
         self.start_token = bool(start_token)
         self.start_id = vocab_size if self.start_token else None
         extra = 1 if self.start_token else 0
         self.backbone = Backbone(
-            BackboneConfig(vocab_in=vocab_size + extra, vocab_out=vocab_size, seq_len=seq_len + extra, causal=True, **hparams),
+            BackboneConfig(
+                vocab_in=vocab_size + extra, vocab_out=vocab_size, seq_len=seq_len + extra, causal=True, **hparams
+            ),
             positions=build_positions(positions, image_shape, d_model=d_model, seq_len=seq_len, offset=extra),
         )
 
@@ -129,7 +134,11 @@ class ARM(ModelFamily):
         """Inputs, targets, input mask, (B, T) target weights: T = L - 1 shifted targets, or all L
         with a start token; a target counts if it is a real token and ``corruptible`` marks it."""
         self.check_tokens(x0, max_len)
-        scored = None if attention_mask is None and corruptible is None else self.scored_tokens(x0, attention_mask, corruptible)
+        scored = (
+            None
+            if attention_mask is None and corruptible is None
+            else self.scored_tokens(x0, attention_mask, corruptible)
+        )
         if self.start_token:
             inputs, targets = self._with_start(x0)[:, :-1], x0
             in_mask = None if attention_mask is None else self._with_start(attention_mask.long()).clamp_max(1)[:, :-1]
@@ -154,14 +163,25 @@ class ARM(ModelFamily):
         return nll.sum() / weight.sum().clamp_min(1)
 
     @torch.no_grad()
-    def nll(self, x0: torch.Tensor, *, num_samples: int = 1, generator=None, attention_mask=None,
-            corruptible: torch.Tensor | None = None, estimator: str | None = None, time_sampler: str | None = None) -> NLL:
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        num_samples: int = 1,
+        generator=None,
+        attention_mask=None,
+        corruptible: torch.Tensor | None = None,
+        estimator: str | None = None,
+        time_sampler: str | None = None,
+    ) -> NLL:
         """Exact NLL per sequence in nats over the scored targets (the L - 1 shifted ones, all L
         with a start token, only ``corruptible`` ones if given); ``num_samples`` is ignored."""
         self.estimator(estimator)
         nll, weight, _, _ = self._target_nll(x0, attention_mask, corruptible)
         nats = nll.double().sum(-1)
-        return NLL(nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1)
+        return NLL(
+            nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1
+        )
 
     @torch.no_grad()
     def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
@@ -171,8 +191,9 @@ class ARM(ModelFamily):
         return ((logits.argmax(-1) == targets) | ~out_mask).all(-1)
 
     @torch.no_grad()
-    def score(self, x0: torch.Tensor, *, corruptible: torch.Tensor, attention_mask=None, greedy: bool = False,
-              **nll_kwargs) -> tuple[NLL, torch.Tensor | None]:
+    def score(
+        self, x0: torch.Tensor, *, corruptible: torch.Tensor, attention_mask=None, greedy: bool = False, **nll_kwargs
+    ) -> tuple[NLL, torch.Tensor | None]:
         """The exact NLL and the greedy check from one forward pass; rows may hold ``row_capacity`` tokens."""
         self.estimator(nll_kwargs.get("estimator"))
         nll, weight, logits, targets = self._target_nll(x0, attention_mask, corruptible, self.row_capacity)

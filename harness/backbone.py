@@ -218,8 +218,9 @@ class Backbone(nn.Module):
         # created last: with mixer_width 0 a seed gives the same weights as before the key existed
         self.mixer, self.block_mixers = None, None
         if cfg.mixer_width and cfg.mixer_placement == "blocks":
-            self.block_mixers = nn.ModuleList(NeighbourMixer(cfg.d_model, cfg.mixer_width, cfg.causal)
-                                              for _ in range(cfg.n_layers))
+            self.block_mixers = nn.ModuleList(
+                NeighbourMixer(cfg.d_model, cfg.mixer_width, cfg.causal) for _ in range(cfg.n_layers)
+            )
         elif cfg.mixer_width:
             if cfg.mixer_placement != "input":
                 raise ValueError(f"mixer_placement must be 'input' or 'blocks', got {cfg.mixer_placement!r}")

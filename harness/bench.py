@@ -27,8 +27,9 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,8 +49,14 @@ class Figure:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "units": self.units, "target": self.target,
-                "mark": None if self.ok is None else ("pass" if self.ok else "short"), "detail": self.detail}
+        return {
+            "name": self.name,
+            "value": self.value,
+            "units": self.units,
+            "target": self.target,
+            "mark": None if self.ok is None else ("pass" if self.ok else "short"),
+            "detail": self.detail,
+        }
 
 
 class PeakRSS:
@@ -86,7 +93,9 @@ class PeakRSS:
         self.peak = max(self.peak, self.current())
 
 
-def median_time(fn: Callable[[], Any], repeats: int, *, warmup: int = 1, sync: Callable[[], None] = lambda: None) -> float:
+def median_time(
+    fn: Callable[[], Any], repeats: int, *, warmup: int = 1, sync: Callable[[], None] = lambda: None
+) -> float:
     """Median wall seconds of ``fn()`` over ``repeats`` runs after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
@@ -102,6 +111,7 @@ def median_time(fn: Callable[[], Any], repeats: int, *, warmup: int = 1, sync: C
 
 # -- 1. the GEMM ceiling ------------------------------------------------------------------------
 
+
 def block_matmuls(tokens: int, d: int, mlp: int = 4) -> list[tuple[int, int, int]]:
     """(M, K, N) of one transformer block's GEMMs: fused QKV, output projection, MLP up and down."""
     return [(tokens, d, 3 * d), (tokens, d, d), (tokens, d, mlp * d), (tokens, mlp * d, d)]
@@ -109,8 +119,10 @@ def block_matmuls(tokens: int, d: int, mlp: int = 4) -> list[tuple[int, int, int
 
 def gemm_throughput(shapes, *, repeats: int, dtype=torch.float32, device="cpu") -> float:
     """FLOP/s of the given matmuls run back to back (2 M K N each)."""
-    mats = [(torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device))
-            for m, k, n in shapes]
+    mats = [
+        (torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device))
+        for m, k, n in shapes
+    ]
     flops = sum(2 * m * k * n for m, k, n in shapes)
 
     def run():
@@ -128,6 +140,7 @@ def _sync(device) -> Callable[[], None]:
 
 # -- 2, 3. backbone forward and training step ------------------------------------------------------
 
+
 def backbone_flops(B: int, L: int, d: int, layers: int, vocab_out: int) -> int:
     """Matmul FLOPs of one forward: blocks (GEMMs and attention) and the output projection."""
     per_block = sum(2 * m * k * n for m, k, n in block_matmuls(B * L, d)) + 4 * B * L * L * d
@@ -137,16 +150,29 @@ def backbone_flops(B: int, L: int, d: int, layers: int, vocab_out: int) -> int:
 def _our_backbone(B, L, d, layers, heads, vocab, device):
     from harness.backbone import Backbone, BackboneConfig
 
-    net = Backbone(BackboneConfig(vocab_in=vocab + 1, vocab_out=vocab, seq_len=L, d_model=d, n_layers=layers,
-                                  n_heads=heads)).to(device).eval()
+    net = (
+        Backbone(
+            BackboneConfig(vocab_in=vocab + 1, vocab_out=vocab, seq_len=L, d_model=d, n_layers=layers, n_heads=heads)
+        )
+        .to(device)
+        .eval()
+    )
     return net, torch.randint(0, vocab, (B, L), device=device)
 
 
 def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats=5, ceiling: float, device="cpu"):
     net, ids = _our_backbone(B, L, d, layers, heads, vocab, device)
-    ref = nn.TransformerEncoder(
-        nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True, norm_first=True),
-        layers, enable_nested_tensor=False).to(device).eval()
+    ref = (
+        nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(
+                d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+            ),
+            layers,
+            enable_nested_tensor=False,
+        )
+        .to(device)
+        .eval()
+    )
     h = torch.randn(B, L, d, device=device)
     with torch.no_grad():
         ours = median_time(lambda: net(ids), repeats, sync=_sync(device))
@@ -156,12 +182,29 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
     frac_ours, frac_ref = flops_ours / ours / ceiling, flops_ref / theirs / ceiling
     shape = {"batch": B, "seq_len": L, "d_model": d, "n_layers": layers, "n_heads": heads, "vocab_out": vocab}
     return [
-        Figure("forward: backbone / GEMM ceiling", frac_ours, "fraction", ">= 0.70", frac_ours >= 0.70,
-               dict(shape, seconds=ours, gflops=flops_ours / 1e9)),
-        Figure("forward: nn.TransformerEncoder / GEMM ceiling", frac_ref, "fraction", None, None,
-               dict(shape, seconds=theirs, gflops=flops_ref / 1e9)),
-        Figure("forward: backbone over nn.TransformerEncoder (same FLOPs basis)", frac_ours / frac_ref, "ratio",
-               ">= 1.00", frac_ours / frac_ref >= 1.0),
+        Figure(
+            "forward: backbone / GEMM ceiling",
+            frac_ours,
+            "fraction",
+            ">= 0.70",
+            frac_ours >= 0.70,
+            dict(shape, seconds=ours, gflops=flops_ours / 1e9),
+        ),
+        Figure(
+            "forward: nn.TransformerEncoder / GEMM ceiling",
+            frac_ref,
+            "fraction",
+            None,
+            None,
+            dict(shape, seconds=theirs, gflops=flops_ref / 1e9),
+        ),
+        Figure(
+            "forward: backbone over nn.TransformerEncoder (same FLOPs basis)",
+            frac_ours / frac_ref,
+            "ratio",
+            ">= 1.00",
+            frac_ours / frac_ref >= 1.0,
+        ),
     ]
 
 
@@ -187,12 +230,27 @@ def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repea
     seconds = median_time(step, repeats, sync=_sync(device))
     flops = 3 * backbone_flops(B, L, d, layers, vocab)
     frac = flops / seconds / ceiling
-    return Figure("train step / GEMM ceiling (3x forward FLOPs)", frac, "fraction", ">= 0.50", frac >= 0.50,
-                  {"seconds": seconds, "batch": B, "seq_len": L, "d_model": d, "n_layers": layers,
-                   "optimizer": "AdamW (foreach)", "clip": "foreach", "ema": "foreach"})
+    return Figure(
+        "train step / GEMM ceiling (3x forward FLOPs)",
+        frac,
+        "fraction",
+        ">= 0.50",
+        frac >= 0.50,
+        {
+            "seconds": seconds,
+            "batch": B,
+            "seq_len": L,
+            "d_model": d,
+            "n_layers": layers,
+            "optimizer": "AdamW (foreach)",
+            "clip": "foreach",
+            "ema": "foreach",
+        },
+    )
 
 
 # -- 4. NLL cost against the ARM -------------------------------------------------------------------
+
 
 def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=3, device="cpu"):
     from harness.models import build_model
@@ -216,15 +274,26 @@ def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=
     out = []
     for label, s in seconds.items():
         if label == cases[0][0]:
-            out.append(Figure("nll: ARM exact NLL per forward", s, "seconds", None, None, {"C": C, "batch": B, "seq_len": L}))
+            out.append(
+                Figure("nll: ARM exact NLL per forward", s, "seconds", None, None, {"C": C, "batch": B, "seq_len": L})
+            )
             continue
         ratio = s / arm
-        out.append(Figure(f"nll: {label} per Monte-Carlo sample / ARM exact", ratio, "ratio", "<= 1.25", ratio <= 1.25,
-                          {"seconds": s}))
+        out.append(
+            Figure(
+                f"nll: {label} per Monte-Carlo sample / ARM exact",
+                ratio,
+                "ratio",
+                "<= 1.25",
+                ratio <= 1.25,
+                {"seconds": s},
+            )
+        )
     return out
 
 
 # -- 5, 6. sampling ----------------------------------------------------------------------------------
+
 
 def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32):
     """A one-block network: the sampler's own cost at C classes dominates, as it does at scale."""
@@ -236,8 +305,7 @@ def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32):
     return build_model(family, **kw).to(device).eval()
 
 
-def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_uncached=128, repeats=3,
-                     device="cpu"):
+def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_uncached=128, repeats=3, device="cpu"):
     """Wall at C = 50257; the NFE statistic (which does not depend on C or the network) from
     ``nfe_samples`` samples of a C = 1000 model, so that its standard error is well below 3%."""
     from harness.audit.idle import idle_step_ratio
@@ -256,10 +324,23 @@ def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_un
         nfe = res.nfe.double()
         expected = T * (1 - float(idle_step_ratio(L, T, ell=ell or 1, schedule="linear")))
         mean, se = float(nfe.mean()), float(nfe.std() / nfe.numel() ** 0.5)
-        return Figure(f"sampling: {label} cached NFE / T (1 - ISR)", mean / expected, "ratio", "within 3%",
-                      abs(mean / expected - 1) <= 0.03,
-                      {"nfe": mean, "nfe_stderr": se, "expected": expected, "T": T, "L": L, "samples": nfe_samples,
-                       "C": 1000, "draw": res.protocol["draw"]})
+        return Figure(
+            f"sampling: {label} cached NFE / T (1 - ISR)",
+            mean / expected,
+            "ratio",
+            "within 3%",
+            abs(mean / expected - 1) <= 0.03,
+            {
+                "nfe": mean,
+                "nfe_stderr": se,
+                "expected": expected,
+                "T": T,
+                "L": L,
+                "samples": nfe_samples,
+                "C": 1000,
+                "draw": res.protocol["draw"],
+            },
+        )
 
     out.append(nfe_figure("MDLM", "mdlm"))
     mdlm = _tiny_sampler_model("mdlm", C=C, L=L, device=device)
@@ -267,28 +348,68 @@ def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_un
     # one sample per batch, so that a denoiser call is exactly one NFE in both runs (in a batch, the
     # cached run calls the network for the few rows that reveal, the uncached run for all of them)
     runs_c = [timed(mdlm, "ancestral", num_samples=samples, batch_size=1, steps=T) for _ in range(repeats)]
-    runs_u = [timed(mdlm, "ancestral", num_samples=samples, batch_size=1, steps=T_uncached, cache=False)
-              for _ in range(repeats)]
+    runs_u = [
+        timed(mdlm, "ancestral", num_samples=samples, batch_size=1, steps=T_uncached, cache=False)
+        for _ in range(repeats)
+    ]
     cached, wall_c = runs_c[0][0], statistics.median(w for _, w in runs_c)
     uncached, wall_u = runs_u[0][0], statistics.median(w for _, w in runs_u)
     per_c = wall_c / float(cached.nfe.double().mean())
     per_u = wall_u / float(uncached.nfe.double().mean())
-    out.append(Figure(f"sampling: MDLM wall at C = {C}, T = {T}, cached", wall_c / samples, "s/sample", None, None,
-                      {"nfe": float(cached.nfe.double().mean()), "samples": samples, "batch_size": 1}))
-    out.append(Figure("sampling: wall per NFE, cached / uncached", per_c / per_u, "ratio", "within 15%",
-                      abs(per_c / per_u - 1) <= 0.15,
-                      {"cached_s_per_nfe": per_c, "uncached_s_per_nfe": per_u, "uncached_T": T_uncached,
-                       "uncached_nfe": float(uncached.nfe.double().mean())}))
+    out.append(
+        Figure(
+            f"sampling: MDLM wall at C = {C}, T = {T}, cached",
+            wall_c / samples,
+            "s/sample",
+            None,
+            None,
+            {"nfe": float(cached.nfe.double().mean()), "samples": samples, "batch_size": 1},
+        )
+    )
+    out.append(
+        Figure(
+            "sampling: wall per NFE, cached / uncached",
+            per_c / per_u,
+            "ratio",
+            "within 15%",
+            abs(per_c / per_u - 1) <= 0.15,
+            {
+                "cached_s_per_nfe": per_c,
+                "uncached_s_per_nfe": per_u,
+                "uncached_T": T_uncached,
+                "uncached_nfe": float(uncached.nfe.double().mean()),
+            },
+        )
+    )
     fh, wall_fh = timed(mdlm, "first-hitting", num_samples=samples, batch_size=samples)
-    out.append(Figure("sampling: first-hitting NFE", float(fh.nfe.double().mean()), "calls", f"exactly L = {L}",
-                      bool((fh.nfe == L).all()), {"wall_s_per_sample": wall_fh / samples}))
+    out.append(
+        Figure(
+            "sampling: first-hitting NFE",
+            float(fh.nfe.double().mean()),
+            "calls",
+            f"exactly L = {L}",
+            bool((fh.nfe == L).all()),
+            {"wall_s_per_sample": wall_fh / samples},
+        )
+    )
     for ell in (2, 4):
         out.append(nfe_figure(f"Prime ell={ell}", "prime", ell))
         prime = _tiny_sampler_model("prime", C=C, L=L, ell=ell, device=device, d=16)
         res, wall = timed(prime, "ancestral", num_samples=samples, batch_size=samples, steps=T)
-        out.append(Figure(f"sampling: Prime ell={ell} wall at C = {C}, T = {T}, cached", wall / samples, "s/sample",
-                          None, None, {"nfe": float(res.nfe.double().mean()), "samples": samples,
-                                       "s_per_nfe": wall / float(res.nfe.double().mean())}))
+        out.append(
+            Figure(
+                f"sampling: Prime ell={ell} wall at C = {C}, T = {T}, cached",
+                wall / samples,
+                "s/sample",
+                None,
+                None,
+                {
+                    "nfe": float(res.nfe.double().mean()),
+                    "samples": samples,
+                    "s_per_nfe": wall / float(res.nfe.double().mean()),
+                },
+            )
+        )
     return out
 
 
@@ -301,18 +422,44 @@ def precision_cost_figures(*, L=256, T=256, C=C_GPT2, samples=4, repeats=1, devi
         wall = {}
         for dtype in ("float32", "float64"):
             wall[dtype] = median_time(
-                lambda dtype=dtype: generate(mdlm, "ancestral", num_samples=samples, batch_size=samples, steps=T,
-                                             dtype=dtype, generator=0, draw=draw, method="gumbel"),
-                repeats, warmup=0)
+                lambda dtype=dtype: generate(
+                    mdlm,
+                    "ancestral",
+                    num_samples=samples,
+                    batch_size=samples,
+                    steps=T,
+                    dtype=dtype,
+                    generator=0,
+                    draw=draw,
+                    method="gumbel",
+                ),
+                repeats,
+                warmup=0,
+            )
         ratio = wall["float64"] / wall["float32"]
         target = "<= 1.10" if draw == "two-stage" else None
-        out.append(Figure(f"precision: {draw} draw, float64 / float32 sampling run", ratio, "ratio", target,
-                          ratio <= 1.10 if target else None, {"float32_s": wall["float32"], "float64_s": wall["float64"],
-                                                               "T": T, "L": L, "C": C, "samples": samples}))
+        out.append(
+            Figure(
+                f"precision: {draw} draw, float64 / float32 sampling run",
+                ratio,
+                "ratio",
+                target,
+                ratio <= 1.10 if target else None,
+                {
+                    "float32_s": wall["float32"],
+                    "float64_s": wall["float64"],
+                    "T": T,
+                    "L": L,
+                    "C": C,
+                    "samples": samples,
+                },
+            )
+        )
     return out
 
 
 # -- 7. judge throughput and memory ------------------------------------------------------------------
+
 
 def judge_figures(*, samples=8, length=256, device="cpu"):
     from harness.judges import load_judge
@@ -326,14 +473,27 @@ def judge_figures(*, samples=8, length=256, device="cpu"):
         began = time.perf_counter()
         score_ids(judge, ids, max_length=length, batch_size=samples)
         wall = time.perf_counter() - began
-    return [Figure("judge: smollm2 scoring throughput", samples * length / wall, "tokens/s", None, None,
-                   {"samples": samples, "length": length, "seconds": wall}),
-            Figure("memory: peak RSS loading the judge", load_mem.peak / 2**20, "MiB"),
-            Figure("memory: peak RSS scoring with the judge", score_mem.peak / 2**20, "MiB")]
+    return [
+        Figure(
+            "judge: smollm2 scoring throughput",
+            samples * length / wall,
+            "tokens/s",
+            None,
+            None,
+            {"samples": samples, "length": length, "seconds": wall},
+        ),
+        Figure("memory: peak RSS loading the judge", load_mem.peak / 2**20, "MiB"),
+        Figure("memory: peak RSS scoring with the judge", score_mem.peak / 2**20, "MiB"),
+    ]
 
 
-def run_bench(*, quick: bool = False, device: str = "cpu", stages: list[str] | None = None,
-              log: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
+def run_bench(
+    *,
+    quick: bool = False,
+    device: str = "cpu",
+    stages: list[str] | None = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
     """Run every stage and return the ``bench`` record."""
     from harness.records import make_record
 
@@ -351,34 +511,72 @@ def run_bench(*, quick: bool = False, device: str = "cpu", stages: list[str] | N
             if stage == "gemm" or ceiling is None:
                 ceiling = gemm_throughput(block_matmuls(B * L, d), repeats=repeats, device=device)
                 if stage == "gemm":
-                    figures.append(Figure("gemm: float32 throughput at the block shapes", ceiling / 1e9, "GFLOP/s",
-                                          None, None, {"shapes": block_matmuls(B * L, d)}))
+                    figures.append(
+                        Figure(
+                            "gemm: float32 throughput at the block shapes",
+                            ceiling / 1e9,
+                            "GFLOP/s",
+                            None,
+                            None,
+                            {"shapes": block_matmuls(B * L, d)},
+                        )
+                    )
                     if str(device).startswith("cuda"):
-                        bf16 = gemm_throughput(block_matmuls(B * L, d), repeats=repeats, device=device, dtype=torch.bfloat16)
+                        bf16 = gemm_throughput(
+                            block_matmuls(B * L, d), repeats=repeats, device=device, dtype=torch.bfloat16
+                        )
                         figures.append(Figure("gemm: bf16 throughput at the block shapes", bf16 / 1e9, "GFLOP/s"))
             if stage == "forward":
-                figures += forward_figures(B=B, L=L, d=d, layers=layers, heads=heads, repeats=repeats, ceiling=ceiling,
-                                           device=device)
+                figures += forward_figures(
+                    B=B, L=L, d=d, layers=layers, heads=heads, repeats=repeats, ceiling=ceiling, device=device
+                )
             elif stage == "train_step":
-                figures.append(train_step_figure(B=B, L=L, d=d, layers=layers, heads=heads, repeats=max(2, repeats - 2),
-                                                 ceiling=ceiling, device=device))
+                figures.append(
+                    train_step_figure(
+                        B=B,
+                        L=L,
+                        d=d,
+                        layers=layers,
+                        heads=heads,
+                        repeats=max(2, repeats - 2),
+                        ceiling=ceiling,
+                        device=device,
+                    )
+                )
             elif stage == "nll_cost":
                 figures += nll_cost_figures(repeats=repeats, device=device, B=2 if quick else 4)
             elif stage == "sampling":
-                figures += sampling_figures(L=64 if quick else 256, samples=2 if quick else 4, T=1024,
-                                            nfe_samples=64, T_uncached=64 if quick else 128, device=device)
+                figures += sampling_figures(
+                    L=64 if quick else 256,
+                    samples=2 if quick else 4,
+                    T=1024,
+                    nfe_samples=64,
+                    T_uncached=64 if quick else 128,
+                    device=device,
+                )
             elif stage == "precision_cost":
-                figures += precision_cost_figures(L=64 if quick else 256, T=256, samples=2 if quick else 4,
-                                                  device=device, repeats=1 if quick else 3)
+                figures += precision_cost_figures(
+                    L=64 if quick else 256, T=256, samples=2 if quick else 4, device=device, repeats=1 if quick else 3
+                )
             elif stage == "judge":
                 figures += judge_figures(samples=4 if quick else 8, device=device)
         memory[stage] = mem.peak / 2**20
     record = make_record(
-        "bench", model={"name": "bench", "family": None}, metrics={},
-        protocol={"quick": quick, "stages": stages, "repeats": repeats, "statistic": "median",
-                  "machine": machine_description(device), "threads": torch.get_num_threads(),
-                  "torch": torch.__version__},
-        seed=0, device=device, wall_s=time.time() - began,
+        "bench",
+        model={"name": "bench", "family": None},
+        metrics={},
+        protocol={
+            "quick": quick,
+            "stages": stages,
+            "repeats": repeats,
+            "statistic": "median",
+            "machine": machine_description(device),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        seed=0,
+        device=device,
+        wall_s=time.time() - began,
         extra={"figures": [f.to_dict() for f in figures], "peak_rss_mib": memory},
     )
     return record
@@ -404,14 +602,22 @@ def machine_description(device: str = "cpu") -> str:
 
 def render_markdown(record: dict[str, Any]) -> str:
     p = record["protocol"]
-    lines = [f"# primebench bench ({'quick' if p['quick'] else 'full'})", "",
-             f"Machine: {p['machine']}, torch {p['torch']}, {p['threads']} threads; medians of {p['repeats']} "
-             f"repeats; wall {record['provenance']['wall_s'] or 0:.0f} s; device {record['provenance']['device']}.", "",
-             "| figure | value | units | target | mark |", "|---|---|---|---|---|"]
+    lines = [
+        f"# primebench bench ({'quick' if p['quick'] else 'full'})",
+        "",
+        f"Machine: {p['machine']}, torch {p['torch']}, {p['threads']} threads; medians of {p['repeats']} "
+        f"repeats; wall {record['provenance']['wall_s'] or 0:.0f} s; device {record['provenance']['device']}.",
+        "",
+        "| figure | value | units | target | mark |",
+        "|---|---|---|---|---|",
+    ]
     for f in record["figures"]:
         lines.append(f"| {f['name']} | {f['value']:.4g} | {f['units']} | {f['target'] or ''} | {f['mark'] or ''} |")
-    lines += ["", "Peak resident memory per stage (MiB): "
-              + ", ".join(f"{k} {v:.0f}" for k, v in record["peak_rss_mib"].items()), ""]
+    lines += [
+        "",
+        "Peak resident memory per stage (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in record["peak_rss_mib"].items()),
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -106,19 +106,29 @@ def recover_interrupted_save(out: Path) -> str | None:
 def read_checkpoint_config(path: Path) -> tuple[Config, dict[str, Any]]:
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint folder {str(path)!r} does not exist", fix="pass the --out folder of `primebench train`")
+        raise CheckpointError(
+            f"checkpoint folder {str(path)!r} does not exist", fix="pass the --out folder of `primebench train`"
+        )
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint {str(path)!r} is not a folder", fix="pass the folder that holds model.safetensors and config.yaml")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is not a folder",
+            fix="pass the folder that holds model.safetensors and config.yaml",
+        )
     cfg_path = path / CONFIG
     if not cfg_path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} has no {CONFIG}", fix="the folder is not a primebench checkpoint, or training never saved")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has no {CONFIG}",
+            fix="the folder is not a primebench checkpoint, or training never saved",
+        )
     try:
         doc = yaml.safe_load(cfg_path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise CheckpointError(f"{cfg_path} is not valid YAML: {exc}") from exc
     resolved = doc.pop("resolved", None)
     if not isinstance(resolved, dict):
-        raise CheckpointError(f"{cfg_path} has no 'resolved' block", fix="re-save the checkpoint with this version of primebench")
+        raise CheckpointError(
+            f"{cfg_path} has no 'resolved' block", fix="re-save the checkpoint with this version of primebench"
+        )
     try:
         cfg = config_from_dict(drop_legacy_model_keys(doc))
     except PrimebenchError as exc:
@@ -131,7 +141,9 @@ def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
     wpath = path / WEIGHTS
     if not wpath.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} has no {WEIGHTS}", fix="training did not save weights; re-run or resume it")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has no {WEIGHTS}", fix="training did not save weights; re-run or resume it"
+        )
     try:
         with safe_open(str(wpath), framework="pt") as fh:
             meta = fh.metadata() or {}
@@ -190,11 +202,14 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
         try:
             tokenizer = load_tokenizer(tok_dir)
         except PrimebenchError as exc:
-            raise CheckpointError(f"tokenizer in {str(tok_dir)!r} cannot be loaded: {exc.problem}", fix=exc.fix) from exc
+            raise CheckpointError(
+                f"tokenizer in {str(tok_dir)!r} cannot be loaded: {exc.problem}", fix=exc.fix
+            ) from exc
         check_tokenizer_identity(tokenizer, tok_dir, resolved)
         if tokenizer.vocab_size != model.vocab_size:
             raise CheckpointError(
-                f"tokenizer vocabulary ({tokenizer.vocab_size}) does not match the weights' vocabulary ({model.vocab_size})",
+                f"tokenizer vocabulary ({tokenizer.vocab_size}) does not match the weights' vocabulary "
+                f"({model.vocab_size})",
                 fix="the tokenizer folder belongs to a different run; copy the right one or re-train",
             )
     return model, tokenizer, cfg
@@ -202,8 +217,12 @@ def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
 
 def non_finite(*states: dict[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors that hold NaN or inf (the weights must never be saved or used)."""
-    return [k for state in states for k, v in state.items()
-            if v.dtype.is_floating_point and not bool(torch.isfinite(v).all())]
+    return [
+        k
+        for state in states
+        for k, v in state.items()
+        if v.dtype.is_floating_point and not bool(torch.isfinite(v).all())
+    ]
 
 
 def folder_sha256(folder: Path) -> str:
@@ -227,7 +246,8 @@ def check_tokenizer_identity(tokenizer, folder: Path, resolved: dict[str, Any]) 
     if wanted and tokenizer.spec != wanted:
         raise CheckpointError(
             f"the tokenizer in {str(folder)!r} is {tokenizer.spec!r} but the checkpoint was trained with {wanted!r}",
-            fix="restore the run's own tokenizer folder (a tokenizer of the same size from another corpus gives wrong numbers)",
+            fix="restore the run's own tokenizer folder (a tokenizer of the same size from another corpus gives "
+            "wrong numbers)",
         )
     digest = resolved.get("tokenizer_sha256")
     found = folder_sha256(folder) if digest else None
@@ -236,7 +256,7 @@ def check_tokenizer_identity(tokenizer, folder: Path, resolved: dict[str, Any]) 
             f"the files in {str(folder)!r} are not the tokenizer this checkpoint was trained with: "
             f"{CONFIG} records tokenizer_sha256 {digest}, the folder hashes to {found}",
             fix=f"restore the {TOKENIZER_DIR}/ folder from the training run "
-                "(a tokenizer of the same size from another corpus gives wrong numbers)",
+            "(a tokenizer of the same size from another corpus gives wrong numbers)",
         )
 
 
@@ -265,8 +285,10 @@ def rebuild_tokenizer(path, spec: str, *, corpus=None):
         return tokenizer
     _, resolved = read_checkpoint_config(path)
     wanted, expected = resolved.get("tokenizer"), resolved.get("tokenizer_sha256")
-    fix = (f"restore the {TOKENIZER_DIR}/ folder from the training run into {str(path)!r} "
-           "(a tokenizer rebuilt from another corpus gives wrong numbers)")
+    fix = (
+        f"restore the {TOKENIZER_DIR}/ folder from the training run into {str(path)!r} "
+        "(a tokenizer rebuilt from another corpus gives wrong numbers)"
+    )
     if expected:
         found = tokenizer_sha256(tokenizer)
         if found != expected:
@@ -295,7 +317,7 @@ def check_family(path: Path, family: str, meta: dict[str, str]) -> None:
             f"checkpoint {str(path)!r}: {CONFIG} says model.family {family!r} but the weights in {WEIGHTS} "
             f"were saved by a {saved!r} model",
             fix=f"set model.family back to {saved!r} in {str(path / CONFIG)!r} (or restore {CONFIG} from the "
-                f"training run); to score a {family!r} model, train one",
+            f"training run); to score a {family!r} model, train one",
         )
 
 
@@ -326,11 +348,17 @@ def load_trainer_state(path: Path) -> dict[str, Any] | None:
     from harness.safe_load import load_torch_file
 
     try:
-        state = load_torch_file(spath, what="trainer state", fix="restore it from a copy, or pass --restart to "
-                                "start the run over in this folder (its checkpoint is discarded)")
+        state = load_torch_file(
+            spath,
+            what="trainer state",
+            fix="restore it from a copy, or pass --restart to "
+            "start the run over in this folder (its checkpoint is discarded)",
+        )
     except PrimebenchError as exc:
         raise CheckpointError(exc.problem, fix=exc.fix) from exc
     if not isinstance(state, dict) or "step" not in state or "optimizer" not in state:
-        raise CheckpointError(f"trainer state {str(spath)!r} is not a primebench trainer state",
-                              fix="restore it from a copy, or pass --restart to start the run over in this folder")
+        raise CheckpointError(
+            f"trainer state {str(spath)!r} is not a primebench trainer state",
+            fix="restore it from a copy, or pass --restart to start the run over in this folder",
+        )
     return state

@@ -104,8 +104,10 @@ def _model_section(data: dict[str, Any]) -> ModelConfig:
     family = data.get("family", "arm")
     if not isinstance(family, str) or family not in family_names():
         names = family_names()
-        exc = ConfigError(f"unknown model family {family!r} (config key 'model.family')",
-                          fix=f"{_did_you_mean(str(family), names)}families: {', '.join(names)}")
+        exc = ConfigError(
+            f"unknown model family {family!r} (config key 'model.family')",
+            fix=f"{_did_you_mean(str(family), names)}families: {', '.join(names)}",
+        )
         exc.key = "model.family"
         raise exc
     cls = _family_config(family)
@@ -113,7 +115,11 @@ def _model_section(data: dict[str, Any]) -> ModelConfig:
     for key in data:
         if key not in known:
             owners = [n for n in family_names() if key in {f.name for f in fields(MODELS.get(n).config_class)}]
-            where = f" (model.{key} only applies to the {', '.join(owners)} famil{'y' if len(owners) == 1 else 'ies'})" if owners else ""
+            where = (
+                f" (model.{key} only applies to the {', '.join(owners)} famil{'y' if len(owners) == 1 else 'ies'})"
+                if owners
+                else ""
+            )
             exc = ConfigError(
                 f"unknown config key 'model.{key}' for the {family} family{where}",
                 fix=f"{_did_you_mean(key, sorted(known))}known keys under model.: {', '.join(sorted(known))}",
@@ -124,8 +130,14 @@ def _model_section(data: dict[str, Any]) -> ModelConfig:
 
 
 #: values that versions writing every model key stored for the keys a family ignores
-_LEGACY_MODEL_DEFAULTS = {"time_conditioning": False, "cond_dim": 64, "schedule": "loglinear", "ell": 1,
-                          "carry_over": True, "start_token": False}
+_LEGACY_MODEL_DEFAULTS = {
+    "time_conditioning": False,
+    "cond_dim": 64,
+    "schedule": "loglinear",
+    "ell": 1,
+    "carry_over": True,
+    "start_token": False,
+}
 
 
 def drop_legacy_model_keys(data: dict[str, Any]) -> dict[str, Any]:
@@ -138,9 +150,14 @@ def drop_legacy_model_keys(data: dict[str, Any]) -> dict[str, Any]:
         known = {f.name for f in fields(_family_config(model.get("family", "arm")))}
     except Exception:
         return data  # an unknown family gets its clear error from config_from_dict
-    kept = {k: v for k, v in model.items()
-            if k in known or k not in _LEGACY_MODEL_DEFAULTS or v != _LEGACY_MODEL_DEFAULTS[k]}
+    kept = {
+        k: v
+        for k, v in model.items()
+        if k in known or k not in _LEGACY_MODEL_DEFAULTS or v != _LEGACY_MODEL_DEFAULTS[k]
+    }
     return dict(data, model=kept)
+
+
 _CHOICES = {
     ("train", "precision"): ("fp32", "bf16"),
     ("train", "lr_schedule"): ("constant", "cosine"),
@@ -172,8 +189,10 @@ def _as_number(value: Any) -> int | float | None:
 
 
 def _coerce(path: str, value: Any, annotation: Any) -> Any:
-    kind = annotation if isinstance(annotation, type) else {"int": int, "float": float, "bool": bool, "str": str}.get(
-        str(annotation), None
+    kind = (
+        annotation
+        if isinstance(annotation, type)
+        else {"int": int, "float": float, "bool": bool, "str": str}.get(str(annotation), None)
     )
     number = _as_number(value)
     if kind is bool:
@@ -187,8 +206,9 @@ def _coerce(path: str, value: Any, annotation: Any) -> Any:
     elif kind is float:
         if number is not None:
             if not math.isfinite(float(number)):
-                raise ConfigError(f"config key {path!r} must be a finite number, got {value!r}",
-                                  fix=f"set {path} to a finite value")
+                raise ConfigError(
+                    f"config key {path!r} must be a finite number, got {value!r}", fix=f"set {path} to a finite value"
+                )
             return float(number)
     elif kind is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -236,8 +256,10 @@ def _check_range(path: str, value: Any) -> None:
     if below or above:
         left = "(-inf" if low is None else ("[" if low_in else "(") + f"{low:g}"
         right = "inf)" if high is None else f"{high:g}" + ("]" if high_in else ")")
-        raise ConfigError(f"config key {path!r} must lie in {left}, {right}, got {value!r}",
-                          fix=f"set {path} to a value in {left}, {right}")
+        raise ConfigError(
+            f"config key {path!r} must lie in {left}, {right}, got {value!r}",
+            fix=f"set {path} to a value in {left}, {right}",
+        )
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -262,7 +284,8 @@ def _build_key(cls: type, key: str, value: Any, prefix: str, known: set[str], hi
     if key not in known:
         raise ConfigError(
             f"unknown config key {path!r}",
-            fix=f"{_did_you_mean(key, sorted(known))}known keys under {prefix or 'top level'}: {', '.join(sorted(known))}",
+            fix=f"{_did_you_mean(key, sorted(known))}known keys under {prefix or 'top level'}: "
+            f"{', '.join(sorted(known))}",
         )
     if cls is Config and key == "model":
         return _model_section(value or {})
@@ -326,7 +349,9 @@ def read_config_source(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist", fix="pass an existing YAML file or a preset name")
+            raise ConfigError(
+                f"config file {str(path)!r} does not exist", fix="pass an existing YAML file or a preset name"
+            )
         text = path.read_text()
         source = str(path)
     else:

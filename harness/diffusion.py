@@ -20,7 +20,7 @@ depend on the batch it is scored in or on the padding of that batch (the lm-eval
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -61,8 +61,9 @@ def unit_uniforms(valid: torch.Tensor, generator: Generators, *, fill: float) ->
 def stratified_uniform(batch: int, k: int, *, generator: Generators, device=None) -> torch.Tensor:
     """(batch, k) uniforms, stratified along k: u_{b,j} = (v_{b,j} + j) / k with v iid U(0,1)."""
     if _per_row(generator):
-        v = torch.cat([torch.rand(1, k, generator=g, device=g.device, dtype=torch.float64).to(device)
-                       for g in generator])
+        v = torch.cat(
+            [torch.rand(1, k, generator=g, device=g.device, dtype=torch.float64).to(device) for g in generator]
+        )
     else:
         v = torch.rand(batch, k, generator=generator, device=device, dtype=torch.float64)
     return (v + torch.arange(k, device=device, dtype=torch.float64)) / k
@@ -196,12 +197,21 @@ def monte_carlo_nelbo(
     pass on the same corruptions), and then mean and standard error are (B, E).
     """
     if terms is None:
+
         def terms(z_t, t, masked):
             return unit_terms(log_probs(z_t, t), masked)
 
     def estimate(u: torch.Tensor) -> torch.Tensor:
-        z_t, masked, weight, t = corrupt(units, u, valid, sampler=sampler, schedule=schedule, mask_id=mask_id,
-                                         generator=generator, time_conditioning=time_conditioning)
+        z_t, masked, weight, t = corrupt(
+            units,
+            u,
+            valid,
+            sampler=sampler,
+            schedule=schedule,
+            mask_id=mask_id,
+            generator=generator,
+            time_conditioning=time_conditioning,
+        )
         out = terms(z_t, None if t is None else t.float(), masked)
         if isinstance(out, (list, tuple)):
             return torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)

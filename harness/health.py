@@ -39,7 +39,7 @@ class Health:
     warned: bool = field(default=False)
 
     @classmethod
-    def build(cls, model, train, valid, *, n_rows: int, steps: int, seed: int) -> "Health":
+    def build(cls, model, train, valid, *, n_rows: int, steps: int, seed: int) -> Health:
         """``train``/``valid``: rows with ``input_ids``/``attention_mask``; the first ``n_rows``
         validation rows are the ones the validation loss scores."""
         from harness.metrics.references import fit_counts, reference_nlls
@@ -47,8 +47,14 @@ class Health:
         rows, mask = valid.input_ids[:n_rows], valid.attention_mask[:n_rows]
         counts = fit_counts(train.input_ids, train.attention_mask, vocab_size=model.vocab_size)
         unigram = reference_nlls(counts, rows, model.scored_positions(rows, mask), mask)["unigram"]
-        return cls(unigram_ref=unigram, rows=rows, mask=mask, half_step=max(1, steps // 2),
-                   diffusion=bool(model.uses_time_sampler), seed=seed)
+        return cls(
+            unigram_ref=unigram,
+            rows=rows,
+            mask=mask,
+            half_step=max(1, steps // 2),
+            diffusion=bool(model.uses_time_sampler),
+            seed=seed,
+        )
 
     @torch.no_grad()
     def measure(self, model, *, step: int, val_loss: float, device) -> dict:
@@ -60,11 +66,18 @@ class Health:
             few = model.masked_cross_entropy(x, rate=CONTEXT_RATE, generator=g, attention_mask=m)
             every = model.masked_cross_entropy(x, rate=1.0, attention_mask=m)
             out.update(ce_masked_15=few, ce_all_masked=every, context_gain=every - few)
-        if self.diffusion and not self.warned and step >= self.half_step and val_loss > self.unigram_ref - PLATEAU_MARGIN:
+        if (
+            self.diffusion
+            and not self.warned
+            and step >= self.half_step
+            and val_loss > self.unigram_ref - PLATEAU_MARGIN
+        ):
             self.warned = True
-            out["warning"] = (f"at step {step} the validation loss {val_loss:.4f} is within {PLATEAU_MARGIN} nats of "
-                              f"the unigram reference {self.unigram_ref:.4f}: the model has not learned to use context "
-                              "(see docs/training-recipe.md)")
+            out["warning"] = (
+                f"at step {step} the validation loss {val_loss:.4f} is within {PLATEAU_MARGIN} nats of "
+                f"the unigram reference {self.unigram_ref:.4f}: the model has not learned to use context "
+                "(see docs/training-recipe.md)"
+            )
         return out
 
 

@@ -20,14 +20,18 @@ def save_grid(images: torch.Tensor, path: str | Path, *, nrow: int | None = None
 
     images = torch.as_tensor(images)
     if images.dim() != 4 or images.dtype != torch.uint8 or images.shape[1] not in (1, 3) or images.shape[0] == 0:
-        raise ValueError(f"save_grid expects uint8 images of shape (N, 1 or 3, H, W), got {images.dtype} {tuple(images.shape)}")
+        raise ValueError(
+            f"save_grid expects uint8 images of shape (N, 1 or 3, H, W), got {images.dtype} {tuple(images.shape)}"
+        )
     n, ch, h, w = images.shape
     nrow = nrow or math.ceil(math.sqrt(n))
     ncol_rows = math.ceil(n / nrow)
     grid = torch.zeros(ch, ncol_rows * (h + pad) + pad, nrow * (w + pad) + pad, dtype=torch.uint8)
     for k in range(n):
         r, c = divmod(k, nrow)
-        grid[:, pad + r * (h + pad): pad + r * (h + pad) + h, pad + c * (w + pad): pad + c * (w + pad) + w] = images[k]
+        grid[:, pad + r * (h + pad) : pad + r * (h + pad) + h, pad + c * (w + pad) : pad + c * (w + pad) + w] = images[
+            k
+        ]
     array = grid.permute(1, 2, 0).numpy()
     image = Image.fromarray(array[..., 0] if ch == 1 else array, mode="L" if ch == 1 else "RGB")
     if scale > 1:

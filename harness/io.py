@@ -18,9 +18,13 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _temporary_name(path: Path) -> Path:
@@ -35,8 +39,11 @@ def write_error(path: Path, exc: OSError, *, kept: str = "the previous file, if 
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
     code = errno.errorcode.get(exc.errno or 0)
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    fix = (f"free space on the disk that holds {str(path.parent)!r}, or choose another --out" if full
-           else f"make {str(path.parent)!r} writable, or choose another --out")
+    fix = (
+        f"free space on the disk that holds {str(path.parent)!r}, or choose another --out"
+        if full
+        else f"make {str(path.parent)!r} writable, or choose another --out"
+    )
     return WriteError(f"cannot write {str(path)!r}: {reason}{f' ({code})' if code else ''}; {kept}", fix=fix)
 
 
@@ -220,12 +227,20 @@ def finish_replace_together(folder: str | Path) -> Recovered | None:
 
 
 _SAFETENSORS_DTYPES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
-    "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
 }
 
 
-def safetensors_bytes(tensors: Mapping[str, "torch.Tensor"], metadata: Mapping[str, str] | None = None) -> bytes:
+def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> bytes:
     """The safetensors file of ``tensors`` with the same bytes for the same tensors and metadata.
 
     The safetensors library writes its metadata in hash-map order, which changes from one save to
@@ -268,7 +283,7 @@ class FolderLock:
         self.what = what
         self._handle = None
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         try:
             import fcntl
         except ImportError:  # pragma: no cover  (not POSIX)
@@ -312,14 +327,16 @@ class FolderLock:
                 raise PrimebenchError(
                     f"the lock file {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); it is never "
                     "followed, so the file it points at is left alone",
-                    fix=f"remove the link (rm {str(path)!r}): the lock file is created anew") from None
+                    fix=f"remove the link (rm {str(path)!r}): the lock file is created anew",
+                ) from None
             raise PrimebenchError(f"cannot open the lock file {str(path)!r}: {exc.strerror or exc}", fix=fix) from None
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             os.close(fd)
             kind = "has other hard links" if stat.S_ISREG(info.st_mode) else "is not a plain file"
-            raise PrimebenchError(f"the lock file {str(path)!r} {kind}; writing the pid into it would change "
-                                  "another file", fix=fix)
+            raise PrimebenchError(
+                f"the lock file {str(path)!r} {kind}; writing the pid into it would change another file", fix=fix
+            )
         return os.fdopen(fd, "r+")
 
     def __exit__(self, *exc) -> None:

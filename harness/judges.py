@@ -50,7 +50,9 @@ class Judge:
         """(B, T) ids -> (B, T-1) nats of predicting token k+1 from tokens <= k."""
         out = self.model(input_ids=ids.to(self.device), attention_mask=attention_mask.to(self.device))
         logits = out.logits[:, :-1].float()
-        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:].to(self.device), reduction="none").cpu()
+        return torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), ids[:, 1:].to(self.device), reduction="none"
+        ).cpu()
 
 
 class ProjectARMJudge(Judge):
@@ -106,21 +108,28 @@ def check_judge_spec(spec: str) -> str:
         from harness.models.transfer import is_transfer_folder
 
         if not (_is_project_checkpoint(path) or is_transfer_folder(path)):
-            raise PrimebenchError(f"--judge {spec!r}: {str(path)!r} is not a primebench checkpoint folder",
-                                  fix="pass arm:DIR with the --out folder of `primebench train tiny/arm`")
+            raise PrimebenchError(
+                f"--judge {spec!r}: {str(path)!r} is not a primebench checkpoint folder",
+                fix="pass arm:DIR with the --out folder of `primebench train tiny/arm`",
+            )
         return "checkpoint"
     if _is_project_checkpoint(path):
         return "checkpoint"
     if not path.exists() and "/" not in spec and spec not in KNOWN_JUDGES:
         close = difflib.get_close_matches(spec, KNOWN_JUDGES, n=1, cutoff=0.75)
         if close:
-            raise PrimebenchError(f"unknown judge {spec!r}", fix=f"did you mean {close[0]!r}? judges: smollm2 (offline), "
-                                  "an HF model folder, arm:CKPT, or a hub name such as gpt2-large")
+            raise PrimebenchError(
+                f"unknown judge {spec!r}",
+                fix=f"did you mean {close[0]!r}? judges: smollm2 (offline), "
+                "an HF model folder, arm:CKPT, or a hub name such as gpt2-large",
+            )
     # everything else is an HF model, checked as `eval hf:...` checks it
     _, _, local = parse_hf_source(
-        spec, label=f"--judge {spec!r}",
+        spec,
+        label=f"--judge {spec!r}",
         folder_fix="pass the folder of an HF causal LM (config.json and weights), arm:CKPT, or smollm2",
-        offline_fix="use --judge smollm2 (offline), a local folder, or go online for hub names such as gpt2-large")
+        offline_fix="use --judge smollm2 (offline), a local folder, or go online for hub names such as gpt2-large",
+    )
     return "hub" if local is None else "folder"
 
 
@@ -131,9 +140,11 @@ def check_finite_weights(model: torch.nn.Module, *, spec: str) -> None:
 
     bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
     if bad:
-        raise NumericalError(f"the judge {spec!r} has weights that are not finite (NaN or inf) in {len(bad)} tensor"
-                             f"{'s' if len(bad) > 1 else ''}, e.g. {bad[0]!r}; it cannot score samples",
-                             fix="pass a judge whose weights are intact (--judge smollm2, or re-download the judge)")
+        raise NumericalError(
+            f"the judge {spec!r} has weights that are not finite (NaN or inf) in {len(bad)} tensor"
+            f"{'s' if len(bad) > 1 else ''}, e.g. {bad[0]!r}; it cannot score samples",
+            fix="pass a judge whose weights are intact (--judge smollm2, or re-download the judge)",
+        )
 
 
 def load_judge(spec: str, *, device: str = "cpu") -> Judge:
@@ -158,8 +169,13 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
             raise PrimebenchError(f"judge checkpoint {str(path)!r} has no tokenizer folder")
         check_finite_weights(model, spec=spec)
         return ProjectARMJudge(
-            spec=f"arm:{path}", description=f"project ARM {cfg.name}", tokenizer=tokenizer, model=model,
-            eos_id=tokenizer.eos_id, context=model.seq_len, device=device,
+            spec=f"arm:{path}",
+            description=f"project ARM {cfg.name}",
+            tokenizer=tokenizer,
+            model=model,
+            eos_id=tokenizer.eos_id,
+            context=model.seq_len,
+            device=device,
         )
     from harness.models.hf_causal import context_length, load_hf_causal, parse_hf_source
 
@@ -180,4 +196,12 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     if eos is None:
         raise PrimebenchError(f"judge {spec!r} has no EOS token", fix="use a causal LM with an EOS token")
     context = context_length(model)
-    return Judge(spec=spec, description=description, tokenizer=tokenizer, model=model, eos_id=int(eos), context=context, device=device)
+    return Judge(
+        spec=spec,
+        description=description,
+        tokenizer=tokenizer,
+        model=model,
+        eos_id=int(eos),
+        context=context,
+        device=device,
+    )

@@ -34,13 +34,27 @@ class PlainProgress:
     def add_task(self, description: str, total: float | None = None, completed: float = 0, **fields) -> int:
         task_id = len(self.tasks)
         now = self.clock()
-        self.tasks[task_id] = dict(description=description, total=total, completed=completed, fields=dict(fields),
-                                   started=now, start_completed=completed, printed=now)
+        self.tasks[task_id] = dict(
+            description=description,
+            total=total,
+            completed=completed,
+            fields=dict(fields),
+            started=now,
+            start_completed=completed,
+            printed=now,
+        )
         self._print(task_id, "started")
         return task_id
 
-    def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
-               every: bool = False, **fields) -> None:
+    def update(
+        self,
+        task_id: int,
+        *,
+        completed: float | None = None,
+        advance: float | None = None,
+        every: bool = False,
+        **fields,
+    ) -> None:
         task = self.tasks[task_id]
         if completed is not None:
             task["completed"] = completed
@@ -59,7 +73,9 @@ class PlainProgress:
     def _print(self, task_id: int, note: str) -> None:
         task = self.tasks[task_id]
         done, total = task["completed"], task["total"]
-        parts = [f"{task['description']}: {done:g}/{total:g}" if total is not None else f"{task['description']}: {done:g}"]
+        parts = [
+            f"{task['description']}: {done:g}/{total:g}" if total is not None else f"{task['description']}: {done:g}"
+        ]
         loss, tps = task["fields"].get("loss"), task["fields"].get("tps")
         if loss is not None and loss == loss:
             parts.append(f"loss {loss:.4f}")

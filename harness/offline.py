@@ -133,9 +133,16 @@ def offline_mode():
     with contextlib.suppress(ImportError):  # imported here so that its flag is saved and restored
         importlib.import_module("huggingface_hub.constants")
     env = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    flags = [(module, name) for module, names in (("huggingface_hub.constants", ("HF_HUB_OFFLINE",)),
-                                                  ("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")))
-             if module in sys.modules for name in names if hasattr(sys.modules[module], name)]
+    flags = [
+        (module, name)
+        for module, names in (
+            ("huggingface_hub.constants", ("HF_HUB_OFFLINE",)),
+            ("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")),
+        )
+        if module in sys.modules
+        for name in names
+        if hasattr(sys.modules[module], name)
+    ]
     saved = [(sys.modules[module], name, getattr(sys.modules[module], name)) for module, name in flags]
     os.environ.update(dict.fromkeys(env, "1"))
     for module, name, _ in saved:

@@ -37,7 +37,7 @@ class ImageShape:
         return f"{self.height}x{self.width}x{self.channels}"
 
     @classmethod
-    def parse(cls, spec: str) -> "ImageShape":
+    def parse(cls, spec: str) -> ImageShape:
         match = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", spec or "")
         if not match or 0 in tuple(int(g) for g in match.groups()):
             raise ValueError(f"model.image_shape must look like 'HxWxC' (e.g. '8x8x1'), got {spec!r}")
@@ -69,11 +69,15 @@ class ImagePositions(nn.Module):
         table = self.row(self.rows) + self.col(self.cols) + self.channel(self.chans)  # (H*W*ch, D)
         table = torch.cat([table.new_zeros(self.offset, table.shape[1]), table])
         if length > table.shape[0]:
-            raise ValueError(f"sequence length {length} exceeds the {self.shape.spec()} image layout ({table.shape[0]} positions)")
+            raise ValueError(
+                f"sequence length {length} exceeds the {self.shape.spec()} image layout ({table.shape[0]} positions)"
+            )
         return table[:length]
 
 
-def build_positions(positions: str, image_shape: str, *, d_model: int, seq_len: int, offset: int = 0) -> ImagePositions | None:
+def build_positions(
+    positions: str, image_shape: str, *, d_model: int, seq_len: int, offset: int = 0
+) -> ImagePositions | None:
     """The additive position module a family hands its backbone (None for plain rotary)."""
     if positions not in POSITIONS:
         raise ValueError(f"model.positions must be one of {POSITIONS}, got {positions!r}")
@@ -81,11 +85,14 @@ def build_positions(positions: str, image_shape: str, *, d_model: int, seq_len: 
         return None
     if not image_shape:
         raise ValueError(
-            "model.positions=image needs model.image_shape ('HxWxC'); primebench train fills it in from an image: corpus"
+            "model.positions=image needs model.image_shape ('HxWxC'); primebench train fills it in from an "
+            "image: corpus"
         )
     shape = ImageShape.parse(image_shape)
     if shape.seq_len != seq_len:
-        raise ValueError(f"model.image_shape={image_shape!r} has {shape.seq_len} tokens but the sequence length is {seq_len}")
+        raise ValueError(
+            f"model.image_shape={image_shape!r} has {shape.seq_len} tokens but the sequence length is {seq_len}"
+        )
     return ImagePositions(shape, d_model, offset=offset)
 
 

@@ -51,7 +51,11 @@ class Metric:
             raise ValueError(f"metric kind must be one of {KINDS}, got {self.kind!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        se = None if self.stderr is None or (isinstance(self.stderr, float) and math.isnan(self.stderr)) else float(self.stderr)
+        se = (
+            None
+            if self.stderr is None or (isinstance(self.stderr, float) and math.isnan(self.stderr))
+            else float(self.stderr)
+        )
         return {"value": float(self.value), "stderr": se, "kind": self.kind, "units": self.units}
 
 
@@ -69,7 +73,12 @@ def git_revision() -> str | None:
     root = Path(__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode != 0:
@@ -86,7 +95,9 @@ def device_description(device) -> str:
     return f"cpu:{platform.machine()}:{torch.get_num_threads()} threads"
 
 
-def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, family: str | None = None) -> dict[str, Any]:
+def model_block(
+    checkpoint: Path | None, cfg=None, *, name: str | None = None, family: str | None = None
+) -> dict[str, Any]:
     block: dict[str, Any] = {"name": name, "family": family}
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
@@ -95,7 +106,7 @@ def model_block(checkpoint: Path | None, cfg=None, *, name: str | None = None, f
 
         for prefix in FORMATS.values():  # published sources: hash their weights file
             if folder.startswith(prefix):
-                folder = folder[len(prefix):].partition("#")[0]
+                folder = folder[len(prefix) :].partition("#")[0]
         weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:
@@ -133,7 +144,9 @@ def make_record(
             "device": device_description(device),
             "wall_s": None if wall_s is None else round(float(wall_s), 3),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["primebench", *sys.argv[1:]]) if sys.argv and "primebench" in Path(sys.argv[0]).name else None,
+            "command": " ".join(["primebench", *sys.argv[1:]])
+            if sys.argv and "primebench" in Path(sys.argv[0]).name
+            else None,
             "harness_version": package_versions().get("primebench"),
         },
     }
@@ -147,7 +160,7 @@ def make_record(
             + f" for {model.get('checkpoint') or model.get('name') or 'the model'}: the model's outputs are not finite "
             "(its weights may hold NaN or inf); no record is written",
             fix="evaluate a checkpoint whose weights are finite (training keeps the last finite one), "
-                "or retrain with a lower train.lr",
+            "or retrain with a lower train.lr",
         )
     return record
 
@@ -179,8 +192,9 @@ def record_filename(record: dict[str, Any]) -> str:
     return record_stem(record) + ".json"
 
 
-def write_record(record: dict[str, Any], out_dir: Path, *,
-                 attachments: dict[str, tuple[str, bytes]] | None = None) -> Path:
+def write_record(
+    record: dict[str, Any], out_dir: Path, *, attachments: dict[str, tuple[str, bytes]] | None = None
+) -> Path:
     """Create the record's file in ``out_dir`` and return its path; never overwrites a file.
 
     A taken name moves on to ``NAME~1.json``, ``NAME~2.json``, ... (two processes writing the same
@@ -223,8 +237,9 @@ def read_record(path: Path) -> dict[str, Any]:
     record = read_json(path, what="record", fix="re-run the evaluation with --out")
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise PrimebenchError(
-            f"{str(path)!r} is not a primebench record (schema {record.get('schema') if isinstance(record, dict) else None!r})",
-            fix=f"records carry \"schema\": \"{SCHEMA}\"",
+            f"{str(path)!r} is not a primebench record (schema "
+            f"{record.get('schema') if isinstance(record, dict) else None!r})",
+            fix=f'records carry "schema": "{SCHEMA}"',
         )
     for key in ("evaluation", "metrics", "protocol", "provenance"):
         if key not in record:

@@ -32,8 +32,11 @@ class UnsafeFileError(PrimebenchError):
 
 def refused_pickle(what: str, path: str | Path, allowed: str, detail: str, fix: str) -> UnsafeFileError:
     """The error for a pickle that names more than ``allowed`` (``detail``: the refused global)."""
-    return UnsafeFileError(f"{what} {str(path)!r} holds pickled objects other than {allowed} ({detail}); "
-                           "unpickling it could run arbitrary code, so it is refused", fix=fix)
+    return UnsafeFileError(
+        f"{what} {str(path)!r} holds pickled objects other than {allowed} ({detail}); "
+        "unpickling it could run arbitrary code, so it is refused",
+        fix=fix,
+    )
 
 
 def load_torch_file(path: str | Path, *, what: str, fix: str, mmap: bool = False) -> Any:
@@ -54,15 +57,20 @@ def load_torch_file(path: str | Path, *, what: str, fix: str, mmap: bool = False
         # torch reports a refused class or function as a "global"; anything else is a damaged file
         detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), "")
         if detail:
-            raise refused_pickle(what, path, "tensors", detail,
-                                 "use a file saved as plain tensors (a state_dict) or as safetensors, from a source "
-                                 "you trust") from exc
+            raise refused_pickle(
+                what,
+                path,
+                "tensors",
+                detail,
+                "use a file saved as plain tensors (a state_dict) or as safetensors, from a source you trust",
+            ) from exc
         raise PrimebenchError(f"{what} {str(path)!r} is corrupt (not a readable torch file)", fix=fix) from exc
     except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways (struct, zip, EOF, ...)
         if mmap and "mmap" in str(exc).lower():
             return load_torch_file(path, what=what, fix=fix, mmap=False)  # legacy (non-zip) format
-        raise PrimebenchError(f"{what} {str(path)!r} is corrupt or truncated ({type(exc).__name__}: {exc})".splitlines()[0],
-                              fix=fix) from exc
+        raise PrimebenchError(
+            f"{what} {str(path)!r} is corrupt or truncated ({type(exc).__name__}: {exc})".splitlines()[0], fix=fix
+        ) from exc
 
 
 def check_pickles_in_folder(folder: str | Path, *, what: str) -> list[Path]:
@@ -72,7 +80,9 @@ def check_pickles_in_folder(folder: str | Path, *, what: str) -> list[Path]:
     Returns the files."""
     files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES)
     for path in files:
-        load_torch_file(path, what=what, fix=f"re-download {path.name}, or use the model's safetensors files", mmap=True)
+        load_torch_file(
+            path, what=what, fix=f"re-download {path.name}, or use the model's safetensors files", mmap=True
+        )
     return files + check_indexed_shards(folder, what=what, checked=files)
 
 
@@ -99,17 +109,24 @@ def check_indexed_shards(folder: str | Path, *, what: str, checked: tuple[Path, 
         doc = read_json(index, what="weights index", fix=fix)
         weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise PrimebenchError(f"weights index {str(index)!r} has no weight_map of tensor names to shard files", fix=fix)
+            raise PrimebenchError(
+                f"weights index {str(index)!r} has no weight_map of tensor names to shard files", fix=fix
+            )
         for name in sorted(set(weight_map.values())):
             shard = folder / name
             relative = os.path.normpath(name)  # lexical: the hub cache's files are links into its blobs
             if os.path.isabs(relative) or relative == ".." or relative.startswith(f"..{os.sep}"):
-                raise UnsafeFileError(f"weights index {str(index)!r} names the shard {name!r}, outside its folder; "
-                                      "it is refused", fix=fix)
+                raise UnsafeFileError(
+                    f"weights index {str(index)!r} names the shard {name!r}, outside its folder; it is refused", fix=fix
+                )
             if shard.suffix == ".safetensors" or shard in shards or shard in checked:
                 continue
-            load_torch_file(shard, what=f"{what} shard {name!r} (named in {index.name})",
-                            fix=f"re-download {name}, or use the model's safetensors files", mmap=True)
+            load_torch_file(
+                shard,
+                what=f"{what} shard {name!r} (named in {index.name})",
+                fix=f"re-download {name}, or use the model's safetensors files",
+                mmap=True,
+            )
             shards.append(shard)
     return shards
 
@@ -141,8 +158,6 @@ def plain_tensor_copy(path: str | Path, *, what: str, fix: str) -> Path:
     return copy
 
 
-
-
 #: where the classes of a Lightning checkpoint's hyper-parameters live (a Hydra/omegaconf config, a
 #: saved tokenizer): read as inert records, never imported or run. Only class names (capitalised)
 #: are accepted from these modules; a function named in one of them is refused like any other.
@@ -150,8 +165,23 @@ CONFIG_MODULES = ("omegaconf.", "typing.", "enum.", "pathlib.", "transformers.",
 
 #: builtin types that a config names as values (omegaconf records each container's ``object_type``
 #: and its key and element types): inert :class:`ConfigRecord` stand-ins, never the builtins
-INERT_BUILTINS = frozenset(f"builtins.{name}" for name in (
-    "dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "str", "bytes", "bytearray", "bool"))
+INERT_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in (
+        "dict",
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "int",
+        "float",
+        "complex",
+        "str",
+        "bytes",
+        "bytearray",
+        "bool",
+    )
+)
 
 #: mapping classes a config pickles with entries (omegaconf's resolver cache is a
 #: ``defaultdict(dict)``): read back as plain dicts, their default factory dropped
@@ -207,7 +237,6 @@ def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint", mma
     ``os.system``, a class from elsewhere) gets the file refused with :class:`UnsafeFileError`
     before anything is unpickled. :func:`plain` turns the records into dicts and values. ``mmap``:
     map the tensors rather than read them (enough to look at the keys and the config)."""
-    import torch
     from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
     path = Path(path)
@@ -217,8 +246,9 @@ def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint", mma
     try:
         names = get_unsafe_globals_in_checkpoint(str(path))
     except Exception as exc:  # noqa: BLE001 - not a zip, truncated, ...
-        raise PrimebenchError(f"{what} {str(path)!r} is corrupt or not a torch checkpoint ({type(exc).__name__})",
-                              fix=fix) from exc
+        raise PrimebenchError(
+            f"{what} {str(path)!r} is corrupt or not a torch checkpoint ({type(exc).__name__})", fix=fix
+        ) from exc
     refused = sorted(n for n in names if not accepted_global(n))
     if refused:
         raise UnsafeFileError(
@@ -272,12 +302,17 @@ def saved_tokenizer_json(value: Any) -> str | None:
 
 #: the only globals a pickled numpy array needs (numpy 1.x and 2.x module names), and the bytes
 #: rebuilder of Python 3's protocol-2 pickles (``_codecs.encode``, as torch's weights-only loader allows)
-NUMPY_ARRAY_GLOBALS = frozenset({
-    ("_codecs", "encode"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-})
+NUMPY_ARRAY_GLOBALS = frozenset(
+    {
+        ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+)
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -320,15 +355,34 @@ def load_array_pickle(path: str | Path, *, what: str, fix: str, encoding: str = 
         _check_plain_arrays(value)
     except pickle.UnpicklingError as exc:
         if "not allowed" in str(exc):
-            raise refused_pickle(what, path, "plain data and numpy arrays", str(exc),
-                                 "use an untouched copy of the dataset from its official source") from exc
+            raise refused_pickle(
+                what,
+                path,
+                "plain data and numpy arrays",
+                str(exc),
+                "use an untouched copy of the dataset from its official source",
+            ) from exc
         raise PrimebenchError(f"{what} {str(path)!r} is corrupt (not a readable pickle: {exc})", fix=fix) from exc
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in many ways (EOF, struct, value errors)
-        raise PrimebenchError(f"{what} {str(path)!r} is corrupt or truncated ({type(exc).__name__}: {exc})".splitlines()[0],
-                              fix=fix) from exc
+        raise PrimebenchError(
+            f"{what} {str(path)!r} is corrupt or truncated ({type(exc).__name__}: {exc})".splitlines()[0], fix=fix
+        ) from exc
     return value
 
 
-__all__ = ["UnsafeFileError", "load_torch_file", "load_array_pickle", "NUMPY_ARRAY_GLOBALS", "check_pickles_in_folder", "check_indexed_shards", "plain_tensor_copy", "PICKLE_SUFFIXES",
-           "load_lightning_checkpoint", "plain", "ConfigRecord", "accepted_global", "saved_tokenizer_json",
-           "INERT_BUILTINS"]
+__all__ = [
+    "UnsafeFileError",
+    "load_torch_file",
+    "load_array_pickle",
+    "NUMPY_ARRAY_GLOBALS",
+    "check_pickles_in_folder",
+    "check_indexed_shards",
+    "plain_tensor_copy",
+    "PICKLE_SUFFIXES",
+    "load_lightning_checkpoint",
+    "plain",
+    "ConfigRecord",
+    "accepted_global",
+    "saved_tokenizer_json",
+    "INERT_BUILTINS",
+]

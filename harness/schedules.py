@@ -15,15 +15,15 @@ floating dtype; integer tensors are promoted to float64). Values outside [0, 1] 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 import torch
 
 from harness.errors import PrimebenchError
 from harness.registry import Registry
 
-TimeLike = Union[float, torch.Tensor]
+TimeLike = float | torch.Tensor
 
 
 def _as_time(t: TimeLike, what: str) -> tuple[torch.Tensor, bool]:
@@ -210,7 +210,7 @@ class Polynomial(Schedule):
         return -torch.expm1(torch.log(a) / self.n)
 
 
-ScheduleFactory = Callable[[Union[str, None]], Schedule]
+ScheduleFactory = Callable[[str | None], Schedule]
 
 SCHEDULES: Registry[ScheduleFactory] = Registry("schedule")
 

@@ -22,8 +22,13 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from harness import distributed
-from harness.checkpoint import (load_trainer_state, non_finite, read_checkpoint_config, recover_interrupted_save,
-                                save_checkpoint)
+from harness.checkpoint import (
+    load_trainer_state,
+    non_finite,
+    read_checkpoint_config,
+    recover_interrupted_save,
+    save_checkpoint,
+)
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError, Interrupted, NumericalError
 from harness.health import Health
@@ -110,8 +115,10 @@ def resolve_image_config(cfg: Config) -> Config:
         )
     shape = f"{ds.height}x{ds.width}x{ds.channels}"
     if m.image_shape and m.image_shape != shape:
-        raise ConfigError(f"model.image_shape={m.image_shape!r} but {cfg.data.corpus} images are {shape}",
-                          fix="leave model.image_shape empty: training fills it in")
+        raise ConfigError(
+            f"model.image_shape={m.image_shape!r} but {cfg.data.corpus} images are {shape}",
+            fix="leave model.image_shape empty: training fills it in",
+        )
     family_class(m.family).check_image_config(m)
     return replace(cfg, data=replace(d, tokenizer=f"pixels:{ds.levels}"), model=replace(m, image_shape=shape))
 
@@ -121,7 +128,9 @@ def load_text_data(cfg: Config, tokenizer, corpus):
     from harness.data import get_packed
 
     d = cfg.data
-    kw = dict(tokenizer=tokenizer, seq_len=d.seq_len, wrap=d.wrap, eos_between_docs=d.eos_between_docs, remainder=d.remainder)
+    kw = dict(
+        tokenizer=tokenizer, seq_len=d.seq_len, wrap=d.wrap, eos_between_docs=d.eos_between_docs, remainder=d.remainder
+    )
     return get_packed(corpus, d.train_split, **kw), get_packed(corpus, d.valid_split, **kw)
 
 
@@ -140,7 +149,9 @@ def load_training_data(cfg: Config, tokenizer, corpus=None):
     def rows(split: str) -> ImageRows:
         ds = get_image_dataset(image.with_split(split))
         if ds.levels != tokenizer.vocab_size:
-            raise ConfigError(f"{ds.spec} has {ds.levels} levels but the tokenizer {tokenizer.spec!r} has {tokenizer.vocab_size}")
+            raise ConfigError(
+                f"{ds.spec} has {ds.levels} levels but the tokenizer {tokenizer.spec!r} has {tokenizer.vocab_size}"
+            )
         return ImageRows(ds.tokens, torch.ones_like(ds.tokens))
 
     return rows(cfg.data.train_split), rows(cfg.data.valid_split)
@@ -210,8 +221,16 @@ def validation_loss(model, rows: torch.Tensor, mask: torch.Tensor, cfg: Config, 
 
 
 #: what a run writes into its folder (``--restart`` removes these, and nothing else)
-RUN_FILES = ("model.safetensors", "trainer_state.pt", "config.yaml", "tokenizer", "train_log.jsonl",
-             "train_log.stale.jsonl", "samples.png", PENDING)
+RUN_FILES = (
+    "model.safetensors",
+    "trainer_state.pt",
+    "config.yaml",
+    "tokenizer",
+    "train_log.jsonl",
+    "train_log.stale.jsonl",
+    "samples.png",
+    PENDING,
+)
 LOG = "train_log.jsonl"
 
 
@@ -271,7 +290,7 @@ class _StopOnSignal:
             raise KeyboardInterrupt
         self.signum = signum
 
-    def __enter__(self) -> "_StopOnSignal":
+    def __enter__(self) -> _StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -312,8 +331,9 @@ def train(
         return _train(cfg, out, info=info, resume=resume, restart=restart, stop_after=stop_after, quiet=quiet, bar=bar)
 
 
-def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_after: int | None, quiet: bool,
-           bar) -> TrainResult:
+def _train(
+    cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_after: int | None, quiet: bool, bar
+) -> TrainResult:
     from harness.data import get_corpus, get_tokenizer
     from harness.data.images import is_image_spec
     from harness.models import model_from_config
@@ -333,7 +353,9 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
     start_step, state = 0, None
     if resume:
         if not (out / "model.safetensors").exists():
-            raise CheckpointError(f"--resume: {str(out)!r} holds no checkpoint to resume", fix="drop --resume to start a new run")
+            raise CheckpointError(
+                f"--resume: {str(out)!r} holds no checkpoint to resume", fix="drop --resume to start a new run"
+            )
         saved_cfg, _ = read_checkpoint_config(out)
         if saved_cfg.model != cfg.model or saved_cfg.data != cfg.data or saved_cfg.seed != cfg.seed:
             raise ConfigError(
@@ -342,8 +364,10 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
             )
         state = load_trainer_state(out)
         if state is None:
-            raise CheckpointError(f"--resume: {str(out)!r} has no trainer_state.pt, so it cannot be resumed exactly",
-                                  fix="pass --restart to start the run over in this folder (its checkpoint is discarded)")
+            raise CheckpointError(
+                f"--resume: {str(out)!r} has no trainer_state.pt, so it cannot be resumed exactly",
+                fix="pass --restart to start the run over in this folder (its checkpoint is discarded)",
+            )
         start_step = int(state["step"])
         if cfg.train.steps < start_step:
             raise ConfigError(
@@ -363,20 +387,28 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
     train_data, valid_data = load_training_data(cfg, tokenizer, corpus)
     rows, masks = train_data.input_ids, train_data.attention_mask
     model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
-    health = Health.build(model, train_data, valid_data, n_rows=cfg.train.eval_batches * cfg.train.batch_size,
-                          steps=cfg.train.steps, seed=step_seed(cfg.seed, 0, 98))
+    health = Health.build(
+        model,
+        train_data,
+        valid_data,
+        n_rows=cfg.train.eval_batches * cfg.train.batch_size,
+        steps=cfg.train.steps,
+        seed=step_seed(cfg.seed, 0, 98),
+    )
     ema = EMA(model, cfg.train.ema)
-    opt = make_optimizer(model, lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2),
-                         weight_decay=cfg.train.weight_decay)
+    opt = make_optimizer(
+        model, lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2), weight_decay=cfg.train.weight_decay
+    )
     if state is not None:
         from harness.checkpoint import _read_weights
 
         tensors, meta = _read_weights(out)
         if int(meta.get("step", -1)) != start_step:
             raise CheckpointError(
-                f"checkpoint {str(out)!r} is inconsistent: weights at step {meta.get('step')} but trainer state at step {start_step}",
+                f"checkpoint {str(out)!r} is inconsistent: weights at step {meta.get('step')} but trainer state "
+                f"at step {start_step}",
                 fix="restore model.safetensors and trainer_state.pt from a copy of one save, or pass --restart "
-                    "to start the run over in this folder (its checkpoint is discarded)",
+                "to start the run over in this folder (its checkpoint is discarded)",
             )
         model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         ema.shadow = {k[4:]: v.float().clone() for k, v in tensors.items() if k.startswith("ema.")}
@@ -424,7 +456,11 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
                 cfg=cfg,
                 tokenizer=tokenizer,
                 step=step,
-                trainer_state={"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "tokens_seen": step * cfg.train.batch_size * cfg.data.seq_len},
+                trainer_state={
+                    "optimizer": opt.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "tokens_seen": step * cfg.train.batch_size * cfg.data.seq_len,
+                },
             )
         last_saved = step
         distributed.barrier()
@@ -435,8 +471,10 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     model.train()
     stop = _StopOnSignal()
-    with stop, (contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main)) as bar:
-        task = bar.add_task(f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0)
+    with stop, contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main) as bar:
+        task = bar.add_task(
+            f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0
+        )
         for step in range(start_step, end):
             for group in opt.param_groups:
                 group["lr"] = lr_at(cfg, step)
@@ -455,7 +493,8 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
                 if not torch.isfinite(loss):
                     raise NumericalError(
                         f"training diverged: the loss is {float(loss.detach())} at step {step + 1}; {where_finite()}",
-                        fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite checkpoint)",
+                        fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite "
+                        "checkpoint)",
                     )
                 loss.backward()
                 step_loss += float(loss.detach())
@@ -471,8 +510,9 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
                 with ema.swapped_in(model):
                     val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
                     model.eval()
-                    record.update(val_loss_ema=val_loss, **health.measure(model, step=done, val_loss=val_loss,
-                                                                          device=info.device))
+                    record.update(
+                        val_loss_ema=val_loss, **health.measure(model, step=done, val_loss=val_loss, device=info.device)
+                    )
                     model.train()
                 if "warning" in record and info.is_main:
                     console().print(f"[yellow]warning:[/] {cfg.name}: {record['warning']}")
@@ -506,5 +546,12 @@ def _train(cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_af
         with ema.swapped_in(model):
             layout = get_image_dataset(parse_image_spec(cfg.data.corpus).with_split(cfg.data.train_split))
             write_sample_grid(model, layout, out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)
-    return TrainResult(out=out, step=end, train_loss=last_loss, val_loss=val_loss, tokens_seen=end * tokens_per_step,
-                       wall_s=wall, unigram_ref=health.unigram_ref)
+    return TrainResult(
+        out=out,
+        step=end,
+        train_loss=last_loss,
+        val_loss=val_loss,
+        tokens_seen=end * tokens_per_step,
+        wall_s=wall,
+        unigram_ref=health.unigram_ref,
+    )

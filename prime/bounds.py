@@ -31,12 +31,13 @@ joint coincide: both objectives are MDLM's NELBO and exact_nll is MDLM's any-ord
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from harness.errors import PrimebenchError
-from prime.subtokens import consistent, digit_table, encode, mask_id, subtoken_base
+from prime.subtokens import encode, mask_id, subtoken_base
 
 Denoiser = Callable[[torch.Tensor], torch.Tensor]  # y_t (B, L, ell) -> logits (B, L, C)
 
@@ -54,8 +55,10 @@ class MonteCarloEstimate(NamedTuple):
 # Building blocks shared with the model families (real networks compute the same numbers).
 # --------------------------------------------------------------------------------------------
 
-def restricted_log_probs(logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int,
-                         carry_over: bool = True) -> torch.Tensor:
+
+def restricted_log_probs(
+    logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int, carry_over: bool = True
+) -> torch.Tensor:
     """(B, L, C) logits, (B, L, ell) y_t -> (B, L, C) log p_theta(x^i = c | y_t), same dtype.
 
     carry_over=True (MDM-Prime's parameterization): logits outside V(y_t^i) are set to -inf before
@@ -65,8 +68,9 @@ def restricted_log_probs(logits: torch.Tensor, y_t: torch.Tensor, *, C: int, bas
     """
     if logits.shape[-1] != C or logits.shape[:-1] != y_t.shape[:-1]:
         raise PrimebenchError(
-            f"logits {tuple(logits.shape)} and y_t {tuple(y_t.shape)} do not match (B, L, C={C}) "
-            f"and (B, L, ell={ell})", fix="the denoiser must return one logit per class per token")
+            f"logits {tuple(logits.shape)} and y_t {tuple(y_t.shape)} do not match (B, L, C={C}) and (B, L, ell={ell})",
+            fix="the denoiser must return one logit per class per token",
+        )
     if not carry_over:
         return torch.log_softmax(logits, dim=-1)
     return torch.log_softmax(restricted_padded_logits(logits, y_t, C=C, base=base, ell=ell)[..., :C], dim=-1)
@@ -79,7 +83,8 @@ def _check_nonempty(y_t: torch.Tensor, C: int, base: int, ell: int) -> None:
     if bool((smallest >= C).any()):
         raise PrimebenchError(
             "some token's unmasked sub-tokens match no valid code (< C), so V(y_t^i) is empty",
-            fix="y_t must come from masking a valid encoding; check C, base and ell")
+            fix="y_t must come from masking a valid encoding; check C, base and ell",
+        )
 
 
 def carry_over_bias(y_t: torch.Tensor, *, base: int, ell: int, dtype=torch.float32) -> torch.Tensor:
@@ -96,11 +101,12 @@ def carry_over_bias(y_t: torch.Tensor, *, base: int, ell: int, dtype=torch.float
     return bias
 
 
-def restricted_padded_logits(logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int,
-                             carry_over: bool = True) -> torch.Tensor:
+def restricted_padded_logits(
+    logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int, carry_over: bool = True
+) -> torch.Tensor:
     """(..., C) logits -> (..., base**ell): codes >= C at -inf and, with carry-over, the codes outside
     V(y_t^i) too. Viewed as (..., base, ..., base) its axes are the ell digits, most significant first."""
-    pad = base ** ell - C
+    pad = base**ell - C
     x = torch.nn.functional.pad(logits, (0, pad), value=float("-inf")) if pad else logits.clone()
     if carry_over:
         _check_nonempty(y_t, C, base, ell)
@@ -117,15 +123,26 @@ def digit_sums(e: torch.Tensor, *, base: int, ell: int) -> tuple[torch.Tensor, t
     sums = [None] * ell
     rest = e  # the mass summed over digits k + 1 .. ell - 1: (..., base**(k + 1))
     for k in range(ell - 1, -1, -1):
-        grid = rest.reshape(*lead, base ** k, base)
+        grid = rest.reshape(*lead, base**k, base)
         sums[k] = grid.sum(-2)
         rest = grid.sum(-1)
     return torch.stack(sums, dim=-2), rest
 
 
-def fused_prime_terms(logits: torch.Tensor, y_t: torch.Tensor, x0: torch.Tensor, y0: torch.Tensor,
-                      masked: torch.Tensor, *, C: int, base: int, ell: int, carry_over: bool,
-                      estimators, joint_scored: torch.Tensor | None = None) -> list[torch.Tensor]:
+def fused_prime_terms(
+    logits: torch.Tensor,
+    y_t: torch.Tensor,
+    x0: torch.Tensor,
+    y0: torch.Tensor,
+    masked: torch.Tensor,
+    *,
+    C: int,
+    base: int,
+    ell: int,
+    carry_over: bool,
+    estimators,
+    joint_scored: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
     """Both Prime NLL terms from one set of logits, (B, L) nats each, in ``estimators`` order.
 
     ``subtoken``: the sum over masked sub-tokens of -log of the restricted joint's marginal (as
@@ -170,18 +187,18 @@ def subtoken_log_marginals(log_probs: torch.Tensor, *, base: int, ell: int) -> t
     Input of size base**ell (already padded) is accepted as is.
     """
     C = log_probs.shape[-1]
-    pad = base ** ell - C
+    pad = base**ell - C
     x = torch.nn.functional.pad(log_probs, (0, pad), value=float("-inf")) if pad else log_probs
     grid = x.reshape(*x.shape[:-1], *([base] * ell))
     lead = x.dim() - 1
     axes = list(range(lead, lead + ell))
-    out = [torch.logsumexp(grid, dim=[a for a in axes if a != lead + j]) if ell > 1 else grid
-           for j in range(ell)]
+    out = [torch.logsumexp(grid, dim=[a for a in axes if a != lead + j]) if ell > 1 else grid for j in range(ell)]
     return torch.stack(out, dim=-2)
 
 
-def subtoken_nll_terms(log_probs: torch.Tensor, y0: torch.Tensor, masked: torch.Tensor,
-                       base: int, ell: int) -> torch.Tensor:
+def subtoken_nll_terms(
+    log_probs: torch.Tensor, y0: torch.Tensor, masked: torch.Tensor, base: int, ell: int
+) -> torch.Tensor:
     """(B, L) nats: sum over masked sub-tokens (i, j) of -log p(y_0^{i,j} | y_t) (marginals).
 
     ``y0`` (B, L, ell) are the true digits, ``masked`` (B, L, ell) bool marks the masked units.
@@ -192,8 +209,7 @@ def subtoken_nll_terms(log_probs: torch.Tensor, y0: torch.Tensor, masked: torch.
     return torch.where(masked, -true, torch.zeros_like(true)).sum(-1)
 
 
-def token_joint_nll_terms(log_probs: torch.Tensor, x0: torch.Tensor,
-                          masked: torch.Tensor) -> torch.Tensor:
+def token_joint_nll_terms(log_probs: torch.Tensor, x0: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """(B, L) nats: -log p(x_0^i | y_t) for tokens with >= 1 masked sub-token, 0 otherwise."""
     true = log_probs.gather(-1, x0[..., None]).squeeze(-1)  # (B, L)
     return torch.where(masked.any(-1), -true, torch.zeros_like(true))
@@ -202,6 +218,7 @@ def token_joint_nll_terms(log_probs: torch.Tensor, x0: torch.Tensor,
 # --------------------------------------------------------------------------------------------
 # Scoring a batch of mask patterns.
 # --------------------------------------------------------------------------------------------
+
 
 class _Scores(NamedTuple):
     subtoken: torch.Tensor  # (B, S) sum over tokens of subtoken_nll_terms
@@ -213,16 +230,20 @@ def _check_x0(x0: torch.Tensor, C: int, ell: int) -> int:
     """Validate x0 (B, L) ids in [0, C) and return the base."""
     base = subtoken_base(C, ell)
     if x0.dim() != 2 or x0.dtype != torch.long:
-        raise PrimebenchError(f"x0 must be an int64 tensor (B, L), got {x0.dtype} {tuple(x0.shape)}",
-                              fix="pass token ids of shape (B, L)")
+        raise PrimebenchError(
+            f"x0 must be an int64 tensor (B, L), got {x0.dtype} {tuple(x0.shape)}", fix="pass token ids of shape (B, L)"
+        )
     if x0.numel() and (int(x0.min()) < 0 or int(x0.max()) >= C):
-        raise PrimebenchError(f"x0 ids must lie in [0, C={C}), got [{int(x0.min())}, {int(x0.max())}]",
-                              fix="check C against the tokenizer's vocabulary size")
+        raise PrimebenchError(
+            f"x0 ids must lie in [0, C={C}), got [{int(x0.min())}, {int(x0.max())}]",
+            fix="check C against the tokenizer's vocabulary size",
+        )
     return base
 
 
-def _score_masks(denoiser: Denoiser, x0: torch.Tensor, masked: torch.Tensor, *, C: int, ell: int,
-                 states_per_call: int) -> _Scores:
+def _score_masks(
+    denoiser: Denoiser, x0: torch.Tensor, masked: torch.Tensor, *, C: int, ell: int, states_per_call: int
+) -> _Scores:
     """Score mask patterns ``masked`` (B or 1, S, L, ell) of every sequence of x0 (B, L)."""
     base = subtoken_base(C, ell)
     B, L = x0.shape
@@ -232,7 +253,7 @@ def _score_masks(denoiser: Denoiser, x0: torch.Tensor, masked: torch.Tensor, *, 
     chunk = max(1, states_per_call // max(B, 1))
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     for start in range(0, S, chunk):
-        m = masked[:, start:start + chunk].reshape(-1, L, ell)  # (B * s, L, ell)
+        m = masked[:, start : start + chunk].reshape(-1, L, ell)  # (B * s, L, ell)
         s = m.shape[0] // B
         y0_rep = y0.repeat_interleave(s, dim=0)
         x0_rep = x0.repeat_interleave(s, dim=0)
@@ -252,7 +273,9 @@ def _all_patterns(L: int, ell: int, device: torch.device, what: str) -> torch.Te
     if N > MAX_ENUMERATED_UNITS:
         raise PrimebenchError(
             f"{what} enumerates 2^(L*ell) mask patterns; L*ell = {L}*{ell} = {N} exceeds the limit "
-            f"of {MAX_ENUMERATED_UNITS} units", fix="use a shorter sequence or exact=False (Monte Carlo)")
+            f"of {MAX_ENUMERATED_UNITS} units",
+            fix="use a shorter sequence or exact=False (Monte Carlo)",
+        )
     m = torch.arange(2**N, device=device)
     bits = (m[:, None] >> torch.arange(N, device=device)) & 1
     return bits.bool().reshape(1, 2**N, L, ell)
@@ -269,8 +292,8 @@ def _pattern_weights(N: int, dtype: torch.dtype, device: torch.device) -> torch.
 # Public objectives.
 # --------------------------------------------------------------------------------------------
 
-def exact_nll(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
-              states_per_call: int = 4096) -> torch.Tensor:
+
+def exact_nll(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int, states_per_call: int = 4096) -> torch.Tensor:
     """(B,) exact -log p(x_0) in nats per sequence under the continuous-time Prime sampler.
 
     The sampler reveals one sub-token at a time in uniformly random order, drawing it from the
@@ -288,8 +311,9 @@ def exact_nll(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
     B, L = x0.shape
     N = L * ell
     patterns = _all_patterns(L, ell, x0.device, "exact_nll")
-    unit = _score_masks(denoiser, x0, patterns, C=C, ell=ell,
-                        states_per_call=states_per_call).unit_log_marg  # (B, 2^N, N)
+    unit = _score_masks(
+        denoiser, x0, patterns, C=C, ell=ell, states_per_call=states_per_call
+    ).unit_log_marg  # (B, 2^N, N)
     full = 2**N - 1
     revealed = torch.arange(2**N, device=x0.device)
     size = ((revealed[:, None] >> torch.arange(N, device=x0.device)) & 1).sum(-1)
@@ -307,55 +331,120 @@ def exact_nll(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
     return -log_f[:, full]
 
 
-def subtoken_bound(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int, exact: bool = True,
-                   num_samples: int | None = None, generator: torch.Generator | None = None,
-                   time_sampler: str = "n", states_per_call: int = 4096):
+def subtoken_bound(
+    denoiser: Denoiser,
+    x0: torch.Tensor,
+    *,
+    C: int,
+    ell: int,
+    exact: bool = True,
+    num_samples: int | None = None,
+    generator: torch.Generator | None = None,
+    time_sampler: str = "n",
+    states_per_call: int = 4096,
+):
     """Valid upper bound on -log p(x_0), nats per sequence, using sub-token marginals.
 
     exact=True: (B,) sum_S w(S) sum_{u in S} -log marg(y_0^u | y_0^S), w(S) = 1/(n binom(N, n)),
     over all 2^N patterns (N = L * ell <= 16). exact=False: a :class:`MonteCarloEstimate`
     (value, stderr), see :func:`_monte_carlo` for the two time samplers.
     """
-    return _objective("subtoken", denoiser, x0, C=C, ell=ell, exact=exact, num_samples=num_samples,
-                      generator=generator, time_sampler=time_sampler, states_per_call=states_per_call)
+    return _objective(
+        "subtoken",
+        denoiser,
+        x0,
+        C=C,
+        ell=ell,
+        exact=exact,
+        num_samples=num_samples,
+        generator=generator,
+        time_sampler=time_sampler,
+        states_per_call=states_per_call,
+    )
 
 
-def token_joint_objective(denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
-                          exact: bool = True, num_samples: int | None = None,
-                          generator: torch.Generator | None = None, time_sampler: str = "n",
-                          states_per_call: int = 4096):
+def token_joint_objective(
+    denoiser: Denoiser,
+    x0: torch.Tensor,
+    *,
+    C: int,
+    ell: int,
+    exact: bool = True,
+    num_samples: int | None = None,
+    generator: torch.Generator | None = None,
+    time_sampler: str = "n",
+    states_per_call: int = 4096,
+):
     """The paper's L_vb in nats per sequence: NOT a bound when sub-tokens are dependent.
 
     exact=True: (B,) sum_S w(S) sum_{tokens i with a masked sub-token in S} -log p(x_0^i | y_0^S).
     For the ideal model with ell = 2 it falls short of the entropy by I(Y^1; Y^2) / 2 per token.
     exact=False: a :class:`MonteCarloEstimate` (value, stderr).
     """
-    return _objective("token_joint", denoiser, x0, C=C, ell=ell, exact=exact,
-                      num_samples=num_samples, generator=generator, time_sampler=time_sampler,
-                      states_per_call=states_per_call)
+    return _objective(
+        "token_joint",
+        denoiser,
+        x0,
+        C=C,
+        ell=ell,
+        exact=exact,
+        num_samples=num_samples,
+        generator=generator,
+        time_sampler=time_sampler,
+        states_per_call=states_per_call,
+    )
 
 
-def _objective(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int, exact: bool,
-               num_samples: int | None, generator: torch.Generator | None, time_sampler: str,
-               states_per_call: int):
+def _objective(
+    which: str,
+    denoiser: Denoiser,
+    x0: torch.Tensor,
+    *,
+    C: int,
+    ell: int,
+    exact: bool,
+    num_samples: int | None,
+    generator: torch.Generator | None,
+    time_sampler: str,
+    states_per_call: int,
+):
     _check_x0(x0, C, ell)
     if exact:
         if num_samples is not None:
-            raise PrimebenchError(f"num_samples={num_samples} was given with exact=True",
-                                  fix="pass exact=False for a Monte-Carlo estimate")
+            raise PrimebenchError(
+                f"num_samples={num_samples} was given with exact=True",
+                fix="pass exact=False for a Monte-Carlo estimate",
+            )
         B, L = x0.shape
         patterns = _all_patterns(L, ell, x0.device, f"exact {which} objective")
         scores = _score_masks(denoiser, x0, patterns, C=C, ell=ell, states_per_call=states_per_call)
         g = scores.subtoken if which == "subtoken" else scores.token_joint  # (B, 2^N)
         return (g * _pattern_weights(L * ell, g.dtype, g.device)).sum(-1)
-    return _monte_carlo(which, denoiser, x0, C=C, ell=ell, num_samples=num_samples,
-                        generator=generator, time_sampler=time_sampler,
-                        states_per_call=states_per_call)
+    return _monte_carlo(
+        which,
+        denoiser,
+        x0,
+        C=C,
+        ell=ell,
+        num_samples=num_samples,
+        generator=generator,
+        time_sampler=time_sampler,
+        states_per_call=states_per_call,
+    )
 
 
-def _monte_carlo(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, ell: int,
-                 num_samples: int | None, generator: torch.Generator | None, time_sampler: str,
-                 states_per_call: int) -> MonteCarloEstimate:
+def _monte_carlo(
+    which: str,
+    denoiser: Denoiser,
+    x0: torch.Tensor,
+    *,
+    C: int,
+    ell: int,
+    num_samples: int | None,
+    generator: torch.Generator | None,
+    time_sampler: str,
+    states_per_call: int,
+) -> MonteCarloEstimate:
     """Estimate sum_S w(S) g(S) per sequence with the families' estimator
     (:func:`harness.diffusion.monte_carlo_nelbo`), K draws stratified over K.
 
@@ -370,13 +459,16 @@ def _monte_carlo(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, el
     from harness.schedules import get_schedule
 
     if num_samples is None or num_samples < 2:
-        raise PrimebenchError(f"Monte Carlo needs num_samples >= 2, got {num_samples!r}",
-                              fix="pass num_samples=K with K >= 2 (standard error needs 2 draws)")
+        raise PrimebenchError(
+            f"Monte Carlo needs num_samples >= 2, got {num_samples!r}",
+            fix="pass num_samples=K with K >= 2 (standard error needs 2 draws)",
+        )
     try:
         check_time_sampler(time_sampler)
     except ValueError as exc:
-        raise PrimebenchError(f"unknown time_sampler {time_sampler!r}",
-                              fix='use "n" (unbiased, masked-count) or "t" (MDLM protocol)') from exc
+        raise PrimebenchError(
+            f"unknown time_sampler {time_sampler!r}", fix='use "n" (unbiased, masked-count) or "t" (MDLM protocol)'
+        ) from exc
     base = subtoken_base(C, ell)
     y0 = encode(x0, base, ell)  # (B, L, ell)
 
@@ -386,9 +478,15 @@ def _monte_carlo(which: str, denoiser: Denoiser, x0: torch.Tensor, *, C: int, el
         return token_joint_nll_terms(log_probs, x0, masked)
 
     value, stderr = monte_carlo_nelbo(
-        x0, units=y0, valid=torch.ones_like(y0, dtype=torch.bool),
+        x0,
+        units=y0,
+        valid=torch.ones_like(y0, dtype=torch.bool),
         log_probs=lambda y_t, t: restricted_log_probs(denoiser(y_t), y_t, C=C, base=base, ell=ell),
-        unit_terms=unit_terms, schedule=get_schedule("linear"), mask_id=mask_id(base), sampler=time_sampler,
-        num_samples=num_samples, generator=generator,
+        unit_terms=unit_terms,
+        schedule=get_schedule("linear"),
+        mask_id=mask_id(base),
+        sampler=time_sampler,
+        num_samples=num_samples,
+        generator=generator,
     )
     return MonteCarloEstimate(value, stderr)

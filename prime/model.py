@@ -34,9 +34,15 @@ from prime.bounds import fused_prime_terms, restricted_log_probs, subtoken_nll_t
 from prime.embedding import SubtokenEmbedding
 from prime.subtokens import encode, subtoken_base
 
-SUBTOKEN = Estimator("subtoken", "bound", "", "sub-token bound: marginals of the restricted joint over masked sub-tokens")
-TOKEN_JOINT = Estimator("token_joint", "paper-objective", "_token_joint",
-                        "the paper's L_vb: joint of each token's masked sub-tokens (not a bound)")
+SUBTOKEN = Estimator(
+    "subtoken", "bound", "", "sub-token bound: marginals of the restricted joint over masked sub-tokens"
+)
+TOKEN_JOINT = Estimator(
+    "token_joint",
+    "paper-objective",
+    "_token_joint",
+    "the paper's L_vb: joint of each token's masked sub-tokens (not a bound)",
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,9 @@ class Prime(MaskedDiffusion):
     def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
         """(B, L, ell) sub-tokens (mask id = base) -> (B, L, C) restricted joint log-probabilities."""
         logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
-        return restricted_log_probs(logits, z_t, C=self.vocab_size, base=self.base, ell=self.ell, carry_over=self.carry_over)
+        return restricted_log_probs(
+            logits, z_t, C=self.vocab_size, base=self.base, ell=self.ell, carry_over=self.carry_over
+        )
 
     def unit_terms(self, log_p, x0, units, masked, estimator: str, scored=None) -> torch.Tensor:
         if estimator == "subtoken":
@@ -130,9 +138,19 @@ class Prime(MaskedDiffusion):
         joint_scored = None
         if not self.carry_over and scored is not None:
             joint_scored = (masked | scored[..., None]).any(-1)
-        return fused_prime_terms(logits.float(), z_t, x0, units, masked, C=self.vocab_size, base=self.base,
-                                 ell=self.ell, carry_over=self.carry_over, estimators=estimators,
-                                 joint_scored=joint_scored)
+        return fused_prime_terms(
+            logits.float(),
+            z_t,
+            x0,
+            units,
+            masked,
+            C=self.vocab_size,
+            base=self.base,
+            ell=self.ell,
+            carry_over=self.carry_over,
+            estimators=estimators,
+            joint_scored=joint_scored,
+        )
 
     # -- facts ------------------------------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:

@@ -38,11 +38,15 @@ def subtoken_base(C: int, ell: int) -> int:
     Integer arithmetic only (a binary search), so no float root can round the wrong way.
     """
     if isinstance(C, bool) or not isinstance(C, int) or C < 1:
-        raise PrimebenchError(f"vocabulary size C must be an integer >= 1, got {C!r}",
-                              fix="pass the number of token classes, e.g. C=50257 for GPT-2")
+        raise PrimebenchError(
+            f"vocabulary size C must be an integer >= 1, got {C!r}",
+            fix="pass the number of token classes, e.g. C=50257 for GPT-2",
+        )
     if isinstance(ell, bool) or not isinstance(ell, int) or ell < 1:
-        raise PrimebenchError(f"sub-tokens per token ell must be an integer >= 1, got {ell!r}",
-                              fix="pass ell >= 1 (ell = 1 is plain MDLM)")
+        raise PrimebenchError(
+            f"sub-tokens per token ell must be an integer >= 1, got {ell!r}",
+            fix="pass ell >= 1 (ell = 1 is plain MDLM)",
+        )
     if C == 1:
         return 1
     lo, hi = 2, C  # hi**ell >= C always holds
@@ -63,33 +67,35 @@ def mask_id(base: int) -> int:
 def _check_code(C: int, base: int, ell: int) -> None:
     """Raise unless ``base``-ary strings of length ``ell`` can hold C classes in int64."""
     if C < 1 or ell < 1 or base < 1:
-        raise PrimebenchError(f"invalid sub-token code C={C}, base={base}, ell={ell}",
-                              fix="need C >= 1, base >= 1, ell >= 1; use subtoken_base(C, ell)")
+        raise PrimebenchError(
+            f"invalid sub-token code C={C}, base={base}, ell={ell}",
+            fix="need C >= 1, base >= 1, ell >= 1; use subtoken_base(C, ell)",
+        )
     if base**ell < C:
-        raise PrimebenchError(f"base {base} with ell = {ell} digits holds {base**ell} < C = {C} codes",
-                              fix=f"use base = subtoken_base({C}, {ell}) = {subtoken_base(C, ell)}")
+        raise PrimebenchError(
+            f"base {base} with ell = {ell} digits holds {base**ell} < C = {C} codes",
+            fix=f"use base = subtoken_base({C}, {ell}) = {subtoken_base(C, ell)}",
+        )
     if base**ell > _INT64_MAX:
-        raise PrimebenchError(f"base**ell = {base}**{ell} does not fit in int64",
-                              fix="use a smaller ell or base")
+        raise PrimebenchError(f"base**ell = {base}**{ell} does not fit in int64", fix="use a smaller ell or base")
 
 
 def _powers(base: int, ell: int, device: torch.device) -> torch.Tensor:
     """(ell,) tensor [base**(ell-1), ..., base, 1]: place values, most significant first."""
-    return torch.tensor([base ** (ell - j) for j in range(1, ell + 1)], dtype=torch.long,
-                        device=device)
+    return torch.tensor([base ** (ell - j) for j in range(1, ell + 1)], dtype=torch.long, device=device)
 
 
 def encode(x: torch.Tensor, base: int, ell: int) -> torch.Tensor:
     """Token ids (...) -> digits (..., ell), most significant first: y^j = (x // base**(ell-j)) % base."""
     _check_code(1, base, ell)
     if x.dtype != torch.long:
-        raise PrimebenchError(f"encode needs int64 token ids, got dtype {x.dtype}",
-                              fix="pass x.long()")
+        raise PrimebenchError(f"encode needs int64 token ids, got dtype {x.dtype}", fix="pass x.long()")
     if x.numel() and (int(x.min()) < 0 or int(x.max()) >= base**ell):
         raise PrimebenchError(
             f"token ids must lie in [0, {base**ell}) for base {base}, ell {ell}; "
             f"got range [{int(x.min())}, {int(x.max())}]",
-            fix="check the tokenizer's vocabulary size against C")
+            fix="check the tokenizer's vocabulary size against C",
+        )
     return torch.div(x[..., None], _powers(base, ell, x.device), rounding_mode="floor") % base
 
 
@@ -101,7 +107,8 @@ def decode(y: torch.Tensor, base: int) -> torch.Tensor:
         raise PrimebenchError(
             f"decode needs unmasked digits in [0, {base}); got range [{int(y.min())}, {int(y.max())}]"
             f" (the mask id is {mask_id(base)})",
-            fix="decode only fully revealed sub-token sequences")
+            fix="decode only fully revealed sub-token sequences",
+        )
     return (y.long() * _powers(base, ell, y.device)).sum(-1)
 
 
@@ -131,8 +138,10 @@ def consistent(y_t: torch.Tensor, C: int, base: int, ell: int) -> torch.Tensor:
     the naive (..., C, ell) comparison would cost ell times more.
     """
     if y_t.shape[-1] != ell:
-        raise PrimebenchError(f"y_t must have last dimension ell = {ell}, got shape {tuple(y_t.shape)}",
-                              fix="pass sub-tokens of shape (B, L, ell)")
+        raise PrimebenchError(
+            f"y_t must have last dimension ell = {ell}, got shape {tuple(y_t.shape)}",
+            fix="pass sub-tokens of shape (B, L, ell)",
+        )
     table = digit_table(C, base, ell, device=y_t.device)  # (C, ell)
     ok = torch.ones(*y_t.shape[:-1], C, dtype=torch.bool, device=y_t.device)
     for j in range(ell):

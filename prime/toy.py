@@ -27,8 +27,16 @@ class TableDenoiser:
     bounds restrict these to V(y_t^i) themselves.
     """
 
-    def __init__(self, C: int, ell: int, L: int, *, generator: torch.Generator, scale: float = 1.0,
-                 dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        C: int,
+        ell: int,
+        L: int,
+        *,
+        generator: torch.Generator,
+        scale: float = 1.0,
+        dtype: torch.dtype = torch.float64,
+    ):
         self.C, self.ell, self.L = C, ell, L
         self.base = subtoken_base(C, ell)
         symbols = self.base + 1
@@ -38,18 +46,24 @@ class TableDenoiser:
             raise PrimebenchError(
                 f"TableDenoiser(C={C}, ell={ell}, L={L}) needs (base+1)^(L*ell) = {symbols}^{L * ell}"
                 f" = {num_states} states * L * C = {entries} logits, over the limit {MAX_TABLE_ENTRIES}",
-                fix="use a smaller C, ell or L")
-        self.table = scale * torch.randn(num_states, L, C, generator=generator, dtype=dtype,
-                                         device=generator.device)  # (states, L, C)
+                fix="use a smaller C, ell or L",
+            )
+        self.table = scale * torch.randn(
+            num_states, L, C, generator=generator, dtype=dtype, device=generator.device
+        )  # (states, L, C)
         self._place = symbols ** torch.arange(L * ell, device=generator.device)  # (L * ell,)
 
     def __call__(self, y_t: torch.Tensor) -> torch.Tensor:
         if tuple(y_t.shape[1:]) != (self.L, self.ell):
-            raise PrimebenchError(f"y_t must have shape (B, {self.L}, {self.ell}), got {tuple(y_t.shape)}",
-                                  fix="pass sub-tokens encoded with this denoiser's L and ell")
+            raise PrimebenchError(
+                f"y_t must have shape (B, {self.L}, {self.ell}), got {tuple(y_t.shape)}",
+                fix="pass sub-tokens encoded with this denoiser's L and ell",
+            )
         if y_t.numel() and (int(y_t.min()) < 0 or int(y_t.max()) > mask_id(self.base)):
-            raise PrimebenchError(f"y_t values must lie in [0, {mask_id(self.base)}] (mask id included)",
-                                  fix="encode with prime.subtokens.encode and mask with mask_id(base)")
+            raise PrimebenchError(
+                f"y_t values must lie in [0, {mask_id(self.base)}] (mask id included)",
+                fix="encode with prime.subtokens.encode and mask with mask_id(base)",
+            )
         flat = y_t.reshape(y_t.shape[0], -1).to(self._place.device)
         return self.table[(flat * self._place).sum(-1)].to(y_t.device)
 
@@ -89,15 +103,15 @@ class WorkedExample:
 def worked_example() -> WorkedExample:
     """The worked example of ``docs/bounds.md``: C = 4, ell = 2, b = 2, p = (.45, .05, .05, .45), true conditionals."""
     p = torch.tensor([0.45, 0.05, 0.05, 0.45], dtype=torch.float64)
-    return WorkedExample(C=4, ell=2, base=subtoken_base(4, 2), p=p,
-                         denoiser=ConstantDenoiser(torch.log(p)), x0=torch.arange(4)[:, None])
+    return WorkedExample(
+        C=4, ell=2, base=subtoken_base(4, 2), p=p, denoiser=ConstantDenoiser(torch.log(p)), x0=torch.arange(4)[:, None]
+    )
 
 
 def data_entropy(p: torch.Tensor) -> float:
     """Entropy -sum p log p in nats of a probability vector (0 log 0 = 0)."""
     if (p < 0).any() or not math.isclose(float(p.sum()), 1.0, abs_tol=1e-9):
-        raise PrimebenchError("p must be a probability vector (non-negative, summing to 1)",
-                              fix="normalise p")
+        raise PrimebenchError("p must be a probability vector (non-negative, summing to 1)", fix="normalise p")
     p = p.double()
     logs = torch.where(p > 0, torch.log(p), torch.zeros_like(p))
     return float(-(p * logs).sum())

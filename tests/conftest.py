@@ -11,7 +11,10 @@ import pytest
 def _offline_env(tmp_path_factory):
     """No test may reach the network; caches live under a session temp folder."""
     cache = os.environ.get("PRIMEBENCH_TEST_CACHE") or str(tmp_path_factory.mktemp("primebench-cache"))
-    old = {k: os.environ.get(k) for k in ("PRIMEBENCH_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    old = {
+        k: os.environ.get(k)
+        for k in ("PRIMEBENCH_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
     os.environ["PRIMEBENCH_CACHE"] = cache
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"

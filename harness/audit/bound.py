@@ -81,8 +81,10 @@ class BoundRow:
             diff = self.token_joint - self.subtoken_bound
             se = math.hypot(self.token_joint_stderr or 0.0, self.subtoken_bound_stderr or 0.0)
             if diff < -3 * se:
-                return (f"paper objective is {-diff:.4f} below the sub-token bound; exact NLL unknown, "
-                        "so it cannot be called a bound")
+                return (
+                    f"paper objective is {-diff:.4f} below the sub-token bound; exact NLL unknown, "
+                    "so it cannot be called a bound"
+                )
             return "exact NLL unknown; only the sub-token number is a bound"
         if self.exact_nll is not None:
             return "exact likelihood (autoregressive)"
@@ -91,8 +93,11 @@ class BoundRow:
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready dict: every number with its kind, unit and (where Monte Carlo) stderr."""
         values = {"exact_nll": self.exact_nll, "subtoken_bound": self.subtoken_bound, "token_joint": self.token_joint}
-        stderr = {"exact_nll": self.exact_nll_stderr, "subtoken_bound": self.subtoken_bound_stderr,
-                  "token_joint": self.token_joint_stderr}
+        stderr = {
+            "exact_nll": self.exact_nll_stderr,
+            "subtoken_bound": self.subtoken_bound_stderr,
+            "token_joint": self.token_joint_stderr,
+        }
         return {
             "name": self.name,
             "method": self.method,
@@ -143,14 +148,16 @@ class BoundAudit:
                 for key, kind in KINDS.items()
                 if detail.get(key) is not None
             }
-            items.append({
-                "metrics": {k: m.to_dict() for k, m in metrics.items()},
-                "protocol": {"case": r.name, "method": r.method, "family": r.family},
-                "data_entropy": detail["data_entropy"],
-                "gap_paper_minus_exact": detail["gap_paper_minus_exact"],
-                "subtoken_bound_holds": detail["subtoken_bound_holds"],
-                "verdict": detail["verdict"],
-            })
+            items.append(
+                {
+                    "metrics": {k: m.to_dict() for k, m in metrics.items()},
+                    "protocol": {"case": r.name, "method": r.method, "family": r.family},
+                    "data_entropy": detail["data_entropy"],
+                    "gap_paper_minus_exact": detail["gap_paper_minus_exact"],
+                    "subtoken_bound_holds": detail["subtoken_bound_holds"],
+                    "verdict": detail["verdict"],
+                }
+            )
         if checkpoint is not None:
             model = model_block(checkpoint, cfg)
         else:  # the toy denoisers are Prime's sub-token models with the protocol's ell
@@ -160,7 +167,11 @@ class BoundAudit:
             label = prime.label(prime.config_class(family="prime", ell=self.protocol.get("ell", 1)))
             model = {"name": "toy models", "family": "prime", "label": label, "order": prime.table_order}
         return make_record(
-            "bound", model=model, metrics={}, protocol=dict(self.protocol), seed=self.protocol.get("seed"),
+            "bound",
+            model=model,
+            metrics={},
+            protocol=dict(self.protocol),
+            seed=self.protocol.get("seed"),
             extra={"rows": items, "subtoken_bound_always_holds": self.subtoken_always_holds},
         )
 
@@ -168,6 +179,7 @@ class BoundAudit:
 # --------------------------------------------------------------------------------------------
 # Enumeration on toy denoisers.
 # --------------------------------------------------------------------------------------------
+
 
 def _expectations(denoiser, x0: torch.Tensor, weights: torch.Tensor | None, *, C: int, ell: int):
     """Expected (exact, sub-token, token-joint) nats per token over sequences x0 (S, L).
@@ -182,14 +194,17 @@ def _expectations(denoiser, x0: torch.Tensor, weights: torch.Tensor | None, *, C
     chunk = max(1, _STATES_PER_CHUNK // 2 ** (L * ell))
     parts = []
     for start in range(0, S, chunk):
-        xs = x0[start:start + chunk]
-        parts.append(torch.stack([f(denoiser, xs, C=C, ell=ell) for f in (exact_nll, subtoken_bound, token_joint_objective)]))
+        xs = x0[start : start + chunk]
+        parts.append(
+            torch.stack([f(denoiser, xs, C=C, ell=ell) for f in (exact_nll, subtoken_bound, token_joint_objective)])
+        )
     exact, sub, tok = torch.cat(parts, dim=1)  # each (S,)
     p = torch.exp(-exact) if weights is None else weights.to(exact.dtype)
     total = float(p.sum())
     if not math.isclose(total, 1.0, abs_tol=1e-6):
-        raise PrimebenchError(f"the toy data distribution sums to {total}, not 1",
-                              fix="this is a bug in the toy audit: report it")
+        raise PrimebenchError(
+            f"the toy data distribution sums to {total}, not 1", fix="this is a bug in the toy audit: report it"
+        )
     return tuple(float((p * v).sum()) / L for v in (exact, sub, tok))
 
 
@@ -197,20 +212,23 @@ def _check_toy_size(C: int, ell: int, L: int) -> None:
     from prime.bounds import MAX_ENUMERATED_UNITS
 
     if min(C, ell, L) < 1 or C < 2:
-        raise PrimebenchError(f"toy model C={C}, ell={ell}, L={L}: need C >= 2, ell >= 1, L >= 1",
-                              fix="e.g. --toy 6,2,2")
+        raise PrimebenchError(
+            f"toy model C={C}, ell={ell}, L={L}: need C >= 2, ell >= 1, L >= 1", fix="e.g. --toy 6,2,2"
+        )
     N = L * ell
     if N > MAX_ENUMERATED_UNITS:
         raise PrimebenchError(
             f"the toy audit enumerates 2^(L*ell) mask patterns; L*ell = {L}*{ell} = {N} exceeds the limit "
             f"of {MAX_ENUMERATED_UNITS} units (prime.bounds.MAX_ENUMERATED_UNITS)",
-            fix="use a shorter toy sequence L or fewer sub-tokens ell")
+            fix="use a shorter toy sequence L or fewer sub-tokens ell",
+        )
     states = C**L * 2**N
     if states > MAX_TOY_STATES:
         raise PrimebenchError(
             f"the toy audit scores all C^L = {C}^{L} sequences under 2^(L*ell) = 2^{N} mask patterns: "
             f"{states} states exceed the limit of {MAX_TOY_STATES}",
-            fix="use a smaller C, ell or L (e.g. --toy 6,2,2)")
+            fix="use a smaller C, ell or L (e.g. --toy 6,2,2)",
+        )
 
 
 def toy_audit(C: int = 6, ell: int = 2, L: int = 2, *, seeds: int = 3, seed: int = 0) -> BoundAudit:
@@ -229,26 +247,59 @@ def toy_audit(C: int = 6, ell: int = 2, L: int = 2, *, seeds: int = 3, seed: int
     rows: list[BoundRow] = []
     ex = worked_example()
     exact, sub, tok = _expectations(ex.denoiser, ex.x0, ex.p, C=ex.C, ell=ex.ell)
-    rows.append(BoundRow(name=f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)",
-                         method="enumeration", family="toy", exact_nll=exact, subtoken_bound=sub,
-                         token_joint=tok, data_entropy=data_entropy(ex.p), tokens=1.0))
+    rows.append(
+        BoundRow(
+            name=f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)",
+            method="enumeration",
+            family="toy",
+            exact_nll=exact,
+            subtoken_bound=sub,
+            token_joint=tok,
+            data_entropy=data_entropy(ex.p),
+            tokens=1.0,
+        )
+    )
     sequences = torch.tensor(list(itertools.product(range(C), repeat=L)), dtype=torch.long)
     for s in range(seed, seed + seeds):
         g = torch.Generator().manual_seed(s)
         gamma = -torch.log(torch.rand(C, generator=g, dtype=torch.float64))  # Exp(1) draws
         p = gamma / gamma.sum()  # Dirichlet(1, ..., 1)
         exact, sub, tok = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
-        rows.append(BoundRow(name=f"ideal model, random data p (C={C}, ell={ell}, seed {s})", method="enumeration",
-                             family="toy", exact_nll=exact, subtoken_bound=sub, token_joint=tok,
-                             data_entropy=data_entropy(p), tokens=1.0))
+        rows.append(
+            BoundRow(
+                name=f"ideal model, random data p (C={C}, ell={ell}, seed {s})",
+                method="enumeration",
+                family="toy",
+                exact_nll=exact,
+                subtoken_bound=sub,
+                token_joint=tok,
+                data_entropy=data_entropy(p),
+                tokens=1.0,
+            )
+        )
         den = TableDenoiser(C, ell, L, generator=torch.Generator().manual_seed(s))
         exact, sub, tok = _expectations(den, sequences, None, C=C, ell=ell)
-        rows.append(BoundRow(name=f"random table denoiser (C={C}, ell={ell}, L={L}, seed {s})", method="enumeration",
-                             family="toy", exact_nll=exact, subtoken_bound=sub, token_joint=tok,
-                             data_entropy=exact, tokens=float(L)))
-    protocol = {"source": "toy", "C": C, "ell": ell, "L": L, "seeds": list(range(seed, seed + seeds)),
-                "data": "worked example: its p; ideal rows: p ~ Dirichlet(1); table rows: the model's own p_theta",
-                "method": "enumeration of all 2^(L*ell) mask patterns (prime.bounds)"}
+        rows.append(
+            BoundRow(
+                name=f"random table denoiser (C={C}, ell={ell}, L={L}, seed {s})",
+                method="enumeration",
+                family="toy",
+                exact_nll=exact,
+                subtoken_bound=sub,
+                token_joint=tok,
+                data_entropy=exact,
+                tokens=float(L),
+            )
+        )
+    protocol = {
+        "source": "toy",
+        "C": C,
+        "ell": ell,
+        "L": L,
+        "seeds": list(range(seed, seed + seeds)),
+        "data": "worked example: its p; ideal rows: p ~ Dirichlet(1); table rows: the model's own p_theta",
+        "method": "enumeration of all 2^(L*ell) mask patterns (prime.bounds)",
+    }
     return BoundAudit(rows=rows, protocol=protocol)
 
 
@@ -256,8 +307,17 @@ def toy_audit(C: int = 6, ell: int = 2, L: int = 2, *, seeds: int = 3, seed: int
 # Monte Carlo on a trained checkpoint.
 # --------------------------------------------------------------------------------------------
 
-def checkpoint_audit(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_samples: int,
-                     batch_size: int = 8, seed: int = 0, name: str = "validation") -> BoundAudit:
+
+def checkpoint_audit(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    num_samples: int,
+    batch_size: int = 8,
+    seed: int = 0,
+    name: str = "validation",
+) -> BoundAudit:
     """Monte-Carlo NLL numbers of a trained model on ``input_ids`` (N, L), nats per token.
 
     Prime: the sub-token bound and the paper objective (token-joint), with the same corruption
@@ -268,37 +328,59 @@ def checkpoint_audit(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     from harness.evaluation.ppl import evaluate_nll
 
     if num_samples < 2:
-        raise PrimebenchError(f"--mc-samples must be >= 2 so that a standard error exists, got {num_samples}",
-                              fix="pass --mc-samples 2 or more")
+        raise PrimebenchError(
+            f"--mc-samples must be >= 2 so that a standard error exists, got {num_samples}",
+            fix="pass --mc-samples 2 or more",
+        )
     if input_ids.shape[0] == 0:
         raise PrimebenchError("no validation rows to score", fix="raise --batches or check the corpus's split")
     family = model.family
     sampler = ("t" if model.time_conditioning else "n") if model.uses_time_sampler else None
 
     def run(**kwargs):
-        return evaluate_nll(model, input_ids, attention_mask, batch_size=batch_size, num_samples=num_samples,
-                            seed=seed, nll_kwargs=dict(kwargs, time_sampler=sampler))
+        return evaluate_nll(
+            model,
+            input_ids,
+            attention_mask,
+            batch_size=batch_size,
+            num_samples=num_samples,
+            seed=seed,
+            nll_kwargs=dict(kwargs, time_sampler=sampler),
+        )
 
     label = f"{name} ({input_ids.shape[0]} rows x {input_ids.shape[1]} tokens, K={num_samples})"
     # one row per checkpoint: the family's numbers by kind (exact NLL, valid bound, paper objective)
     by_kind = {est.kind: run(estimator=est.name) for est in model.estimators}
     exact, bound, paper = by_kind.get("exact"), by_kind.get("bound"), by_kind.get("paper-objective")
     first = exact or bound or paper
-    row = BoundRow(name=label, method="exact" if exact is not None else "monte-carlo", family=family,
-                   exact_nll=None if exact is None else exact.nll,
-                   subtoken_bound=None if bound is None else bound.nll,
-                   token_joint=None if paper is None else paper.nll,
-                   **({} if bound is None else {"subtoken_bound_stderr": bound.stderr}),
-                   **({} if paper is None else {"token_joint_stderr": paper.stderr}),
-                   tokens=first.tokens)
-    protocol = {"source": "checkpoint", "family": family, "rows": int(input_ids.shape[0]),
-                "seq_len": int(input_ids.shape[1]), "num_samples": num_samples, "batch_size": batch_size,
-                "seed": seed, "time_sampler": sampler, "ell": model.units_per_token}
+    row = BoundRow(
+        name=label,
+        method="exact" if exact is not None else "monte-carlo",
+        family=family,
+        exact_nll=None if exact is None else exact.nll,
+        subtoken_bound=None if bound is None else bound.nll,
+        token_joint=None if paper is None else paper.nll,
+        **({} if bound is None else {"subtoken_bound_stderr": bound.stderr}),
+        **({} if paper is None else {"token_joint_stderr": paper.stderr}),
+        tokens=first.tokens,
+    )
+    protocol = {
+        "source": "checkpoint",
+        "family": family,
+        "rows": int(input_ids.shape[0]),
+        "seq_len": int(input_ids.shape[1]),
+        "num_samples": num_samples,
+        "batch_size": batch_size,
+        "seed": seed,
+        "time_sampler": sampler,
+        "ell": model.units_per_token,
+    }
     return BoundAudit(rows=[row], protocol=protocol)
 
 
-def audit_checkpoint(checkpoint, *, mc_samples: int, batches: int, batch_size: int, seed: int = 0,
-                     device: str = "cpu", log=None) -> BoundAudit:
+def audit_checkpoint(
+    checkpoint, *, mc_samples: int, batches: int, batch_size: int, seed: int = 0, device: str = "cpu", log=None
+) -> BoundAudit:
     """:func:`checkpoint_audit` of the checkpoint's model on the first ``batches * batch_size`` rows of
     its validation split, packed as in training; the protocol names the checkpoint and the data.
 
@@ -306,7 +388,6 @@ def audit_checkpoint(checkpoint, *, mc_samples: int, batches: int, batch_size: i
     ``mdlm-ckpt:``, ``prime-ckpt:``, ``ar-ckpt:``); a release is scored on the split its config
     names (``wiki-embedded:validation``, as ``eval ppl`` does without ``--data``)."""
     import dataclasses
-
     from pathlib import Path
 
     from harness.checkpoint import CONFIG, read_checkpoint_config
@@ -319,17 +400,49 @@ def audit_checkpoint(checkpoint, *, mc_samples: int, batches: int, batch_size: i
     _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus)
     corpus = corpus or get_corpus(cfg.data.corpus)
     d = cfg.data
-    valid = get_packed(corpus, d.valid_split, tokenizer, seq_len=d.seq_len, wrap=d.wrap,
-                       eos_between_docs=d.eos_between_docs, remainder=d.remainder)
+    valid = get_packed(
+        corpus,
+        d.valid_split,
+        tokenizer,
+        seq_len=d.seq_len,
+        wrap=d.wrap,
+        eos_between_docs=d.eos_between_docs,
+        remainder=d.remainder,
+    )
     n = min(valid.rows, batches * batch_size)
     if log is not None:
         log(f"scoring {n} of {valid.rows} {d.valid_split} rows of {d.corpus} with K={mc_samples}")
-    audit = checkpoint_audit(model, valid.input_ids[:n], valid.attention_mask[:n], num_samples=mc_samples,
-                             batch_size=batch_size, seed=seed, name=f"{d.corpus}:{d.valid_split}")
-    return dataclasses.replace(audit, protocol={**audit.protocol, "checkpoint": str(checkpoint), "corpus": d.corpus,
-                                                "split": d.valid_split, "tokenizer": d.tokenizer},
-                               checkpoint=checkpoint, cfg=cfg)
+    audit = checkpoint_audit(
+        model,
+        valid.input_ids[:n],
+        valid.attention_mask[:n],
+        num_samples=mc_samples,
+        batch_size=batch_size,
+        seed=seed,
+        name=f"{d.corpus}:{d.valid_split}",
+    )
+    return dataclasses.replace(
+        audit,
+        protocol={
+            **audit.protocol,
+            "checkpoint": str(checkpoint),
+            "corpus": d.corpus,
+            "split": d.valid_split,
+            "tokenizer": d.tokenizer,
+        },
+        checkpoint=checkpoint,
+        cfg=cfg,
+    )
 
 
-__all__ = ["BoundAudit", "BoundRow", "audit_checkpoint", "checkpoint_audit", "toy_audit", "BELOW", "ABOVE", "UNITS",
-           "KINDS"]
+__all__ = [
+    "BoundAudit",
+    "BoundRow",
+    "audit_checkpoint",
+    "checkpoint_audit",
+    "toy_audit",
+    "BELOW",
+    "ABOVE",
+    "UNITS",
+    "KINDS",
+]

@@ -48,7 +48,7 @@ def truncation_level_for_bits(bits: int) -> float:
     """M = -log(-log(1 - 2^-bits)): the largest Gumbel value a 2^-bits uniform grid can produce."""
     if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
         raise PrimebenchError(f"bits must be a positive integer, got {bits!r}")
-    return -math.log(-math.log1p(-(2.0 ** -bits)))
+    return -math.log(-math.log1p(-(2.0**-bits)))
 
 
 def truncation_level(dtype: DTypeLike) -> float:
@@ -62,8 +62,9 @@ def _normalised64(probs: torch.Tensor) -> torch.Tensor:
     return p / p.sum(-1, keepdim=True)
 
 
-def truncated_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, *,
-                           M: float | None = None) -> torch.Tensor:
+def truncated_gumbel_probs(
+    probs: torch.Tensor, dtype: DTypeLike | None = None, *, M: float | None = None
+) -> torch.Tensor:
     """Zheng et al. Prop. 5.2: the law of argmax_n(log pi_n + G_n), G_n iid Gumbel truncated at M.
 
     ``probs`` (..., K) >= 0 (normalised here); M defaults to ``truncation_level(dtype)``. Returns
@@ -92,8 +93,9 @@ def truncated_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, 
     prev = torch.cat([torch.zeros_like(pi_s[..., :1]), pi_s[..., :-1]], dim=-1)  # pi_{i-1}
     pos = pi_s > 0
     inv = torch.where(pos, 1.0 / torch.where(pos, pi_s, torch.ones_like(pi_s)), torch.zeros_like(pi_s))
-    inv_prev = torch.where(prev > 0, 1.0 / torch.where(prev > 0, prev, torch.ones_like(prev)),
-                           torch.full_like(prev, float("inf")))
+    inv_prev = torch.where(
+        prev > 0, 1.0 / torch.where(prev > 0, prev, torch.ones_like(prev)), torch.full_like(prev, float("inf"))
+    )
     a = (K + 1 - i) - S * inv
     d = (S * (inv_prev - inv)).clamp_min(0.0)
     log_beta = a * c + torch.log(-torch.expm1(-d * c)) - torch.log(S)
@@ -102,8 +104,7 @@ def truncated_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, 
     return torch.zeros_like(out_s).scatter(-1, order, out_s)
 
 
-def grid_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, *,
-                      bits: int | None = None) -> torch.Tensor:
+def grid_gumbel_probs(probs: torch.Tensor, dtype: DTypeLike | None = None, *, bits: int | None = None) -> torch.Tensor:
     """Law of Gumbel-max when each U is uniform on the grid {k 2^-b : k = 0..2^b-1} (``torch.rand``).
 
     Class n with normalised pi_n wins with probability E[U_n^{a_n}], a_n = 1/pi_n - 1, when its rivals'
@@ -132,7 +133,7 @@ def _largest_takes_rest(pi: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
 def _grid_win(pi: torch.Tensor, bits: int) -> torch.Tensor:
     """P(class wins) = 2^-b sum_k (k 2^-b)^(1/pi - 1) for normalised pi (0 where pi = 0): the 64 top
     cells exactly, the rest by the midpoint rule (see :func:`grid_gumbel_probs`)."""
-    N = 2.0 ** bits
+    N = 2.0**bits
     cells = 64
     pos = pi > 0
     inv = torch.where(pos, 1.0 / torch.where(pos, pi, torch.ones_like(pi)), torch.ones_like(pi))  # a+1
@@ -163,7 +164,7 @@ def _grid_win_fast(pi: torch.Tensor, bits: int) -> torch.Tensor:
     x0, dx, table = _grid_win_table(bits)
     x = torch.log(pi)
     pos = x >= x0
-    u = ((x.clamp(min=x0, max=0.0) - x0) / dx)
+    u = (x.clamp(min=x0, max=0.0) - x0) / dx
     i = u.floor().clamp(max=_TABLE_POINTS - 2)
     w = u - i
     i = i.long()
@@ -189,8 +190,9 @@ def grid_inverse_cdf_probs(probs: torch.Tensor, dtype: DTypeLike) -> torch.Tenso
     return torch.diff(cells, dim=-1) / N
 
 
-def mdlm_step_distribution(token_probs: torch.Tensor, *, step: int, steps: int,
-                           schedule: str | Schedule = "linear") -> torch.Tensor:
+def mdlm_step_distribution(
+    token_probs: torch.Tensor, *, step: int, steps: int, schedule: str | Schedule = "linear"
+) -> torch.Tensor:
     """The categorical that MDLM's ancestral step draws from at one masked position, float64 (..., V+1).
 
     Grid t_k = 1 - k/T; step k (1..T) goes from t = t_{k-1} to s = t_k. A masked position stays
@@ -211,8 +213,9 @@ def mdlm_step_distribution(token_probs: torch.Tensor, *, step: int, steps: int,
     return torch.cat([unmask * p, stay.expand(p.shape[:-1] + (1,))], dim=-1)
 
 
-def mdlm_joint_draw_law(token_probs: torch.Tensor, *, steps: int, dtype: DTypeLike,
-                        schedule: str | Schedule = "linear") -> torch.Tensor:
+def mdlm_joint_draw_law(
+    token_probs: torch.Tensor, *, steps: int, dtype: DTypeLike, schedule: str | Schedule = "linear"
+) -> torch.Tensor:
     """The token a position ends with under T steps of MDLM's joint draw in ``dtype``, float64 (V,).
 
     For a context-free denoiser (the same ``token_probs`` at a masked position whatever is revealed),
@@ -247,8 +250,9 @@ class TokenDistributions(NamedTuple):
     flat: torch.Tensor
 
 
-def peaked_and_flat(vocab: int, generator: torch.Generator | None = None, *,
-                    zipf_exponent: float = 1.0) -> TokenDistributions:
+def peaked_and_flat(
+    vocab: int, generator: torch.Generator | None = None, *, zipf_exponent: float = 1.0
+) -> TokenDistributions:
     """Zipf-like p(rank r) ∝ r^-zipf_exponent with ranks assigned to tokens by a random permutation
     (``generator``), and the uniform distribution. Typical shapes of a confident and an unsure denoiser."""
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
@@ -273,9 +277,15 @@ def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
 
 
-def empirical_frequencies(probs: torch.Tensor, *, method: str = "gumbel", dtype: DTypeLike = torch.float64,
-                          draws: int, generator: torch.Generator | None = None,
-                          chunk_elements: int = 1 << 22) -> torch.Tensor:
+def empirical_frequencies(
+    probs: torch.Tensor,
+    *,
+    method: str = "gumbel",
+    dtype: DTypeLike = torch.float64,
+    draws: int,
+    generator: torch.Generator | None = None,
+    chunk_elements: int = 1 << 22,
+) -> torch.Tensor:
     """Frequencies (float64, same shape as ``probs`` (..., K)) of ``draws`` independent draws per row
     through :func:`sample_categorical`, in chunks of about ``chunk_elements`` scores."""
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
@@ -295,7 +305,16 @@ def empirical_frequencies(probs: torch.Tensor, *, method: str = "gumbel", dtype:
 
 
 __all__ = [
-    "uniform_bits", "truncation_level", "truncation_level_for_bits", "truncated_gumbel_probs",
-    "grid_gumbel_probs", "grid_inverse_cdf_probs", "mdlm_step_distribution", "TokenDistributions", "peaked_and_flat",
-    "entropy", "kl", "empirical_frequencies",
+    "uniform_bits",
+    "truncation_level",
+    "truncation_level_for_bits",
+    "truncated_gumbel_probs",
+    "grid_gumbel_probs",
+    "grid_inverse_cdf_probs",
+    "mdlm_step_distribution",
+    "TokenDistributions",
+    "peaked_and_flat",
+    "entropy",
+    "kl",
+    "empirical_frequencies",
 ]

@@ -70,9 +70,15 @@ class GumbelAudit:
             if r.unmask_mass is not None:
                 se = r.unmask_stderr if r.source == "empirical" else exact
                 metrics[f"{key}/unmask_mass"] = Metric(r.unmask_mass, se, r.kind, "probability")
-        return make_record("gumbel", model=model_block(None, name="categorical-draw", family=None),
-                           metrics=metrics, protocol=self.protocol, seed=self.seed, wall_s=self.wall_s,
-                           extra={"truncation_levels": self.truncation, "rows": [asdict(r) for r in self.rows]})
+        return make_record(
+            "gumbel",
+            model=model_block(None, name="categorical-draw", family=None),
+            metrics=metrics,
+            protocol=self.protocol,
+            seed=self.seed,
+            wall_s=self.wall_s,
+            extra={"truncation_levels": self.truncation, "rows": [asdict(r) for r in self.rows]},
+        )
 
 
 def _row(case, source, dtype, method, kind, q, intended, *, mdlm: bool, draws=None) -> GumbelRow:
@@ -81,8 +87,17 @@ def _row(case, source, dtype, method, kind, q, intended, *, mdlm: bool, draws=No
 
     kl_value = max(float(kl(q, intended)), 0.0)  # >= 0; float64 rounding can give -1e-17
     if not mdlm:
-        return GumbelRow(case, source, dtype, method, kind, kl_value, float(entropy(q)) + 0.0,
-                         probs=tuple(float(v) for v in q), draws=draws)
+        return GumbelRow(
+            case,
+            source,
+            dtype,
+            method,
+            kind,
+            kl_value,
+            float(entropy(q)) + 0.0,
+            probs=tuple(float(v) for v in q),
+            draws=draws,
+        )
     tokens = q[:-1]
     mass = float(tokens.sum())
     token_entropy = float(entropy(tokens / mass)) + 0.0 if mass > 0 else None
@@ -90,19 +105,46 @@ def _row(case, source, dtype, method, kind, q, intended, *, mdlm: bool, draws=No
     if draws is not None:
         events = round(mass * draws)
         se = math.sqrt(mass * (1 - mass) / draws) if events else None  # no estimate from 0 events
-    return GumbelRow(case, source, dtype, method, kind, kl_value, token_entropy, unmask_mass=mass,
-                     unmask_stderr=se, events=events, draws=draws)
+    return GumbelRow(
+        case,
+        source,
+        dtype,
+        method,
+        kind,
+        kl_value,
+        token_entropy,
+        unmask_mass=mass,
+        unmask_stderr=se,
+        events=events,
+        draws=draws,
+    )
 
 
-def gumbel_audit(*, probs: list[float] | None = None, mdlm_step: int | None = None, steps: int = 1024,
-                 vocab: int = GPT2_VOCAB, dtypes: list[str], methods: list[str], draws: int | None = None,
-                 seed: int = 0, log=None) -> GumbelAudit:
+def gumbel_audit(
+    *,
+    probs: list[float] | None = None,
+    mdlm_step: int | None = None,
+    steps: int = 1024,
+    vocab: int = GPT2_VOCAB,
+    dtypes: list[str],
+    methods: list[str],
+    draws: int | None = None,
+    seed: int = 0,
+    log=None,
+) -> GumbelAudit:
     """Intended vs Prop. 5.2 vs grid model vs empirical draws, for ``probs`` or for MDLM's ancestral
     step ``mdlm_step`` of ``steps`` with a peaked and a flat token distribution over ``vocab`` tokens."""
     import torch
 
-    from harness.audit.gumbel import (empirical_frequencies, grid_gumbel_probs, mdlm_step_distribution,
-                                      peaked_and_flat, truncated_gumbel_probs, truncation_level, uniform_bits)
+    from harness.audit.gumbel import (
+        empirical_frequencies,
+        grid_gumbel_probs,
+        mdlm_step_distribution,
+        peaked_and_flat,
+        truncated_gumbel_probs,
+        truncation_level,
+        uniform_bits,
+    )
     from harness.errors import PrimebenchError
     from harness.sampling.categorical import parse_dtype
 
@@ -118,17 +160,34 @@ def gumbel_audit(*, probs: list[float] | None = None, mdlm_step: int | None = No
     else:
         gen = torch.Generator().manual_seed(seed)
         token = peaked_and_flat(vocab, gen)
-        cases = {name: mdlm_step_distribution(getattr(token, name), step=mdlm_step, steps=steps)
-                 for name in ("peaked", "flat")}
+        cases = {
+            name: mdlm_step_distribution(getattr(token, name), step=mdlm_step, steps=steps)
+            for name in ("peaked", "flat")
+        }
         n = max(1, min(DEFAULT_DRAWS, MDLM_ELEMENT_BUDGET // (vocab + 1))) if draws is None else draws
-        protocol = {"mode": "mdlm-step", "step": mdlm_step, "steps": steps, "vocab": vocab, "schedule": "linear",
-                    "peaked": "Zipf p(rank r) ∝ 1/r over V tokens, ranks randomly permuted (seed)",
-                    "flat": "uniform over V tokens", "outcome_order": "V tokens, then stay-masked (last)",
-                    "draws_limited_by_budget": draws is None and n < DEFAULT_DRAWS,
-                    "element_budget": MDLM_ELEMENT_BUDGET if draws is None else None}
-    protocol.update({"dtypes": dtype_names, "methods": list(methods), "draws": n, "seed": seed,
-                     "kl": "KL(row || intended), nats", "entropy_units": "nats",
-                     "uniform_bits": {d: uniform_bits(d) for d in dtype_names}})
+        protocol = {
+            "mode": "mdlm-step",
+            "step": mdlm_step,
+            "steps": steps,
+            "vocab": vocab,
+            "schedule": "linear",
+            "peaked": "Zipf p(rank r) ∝ 1/r over V tokens, ranks randomly permuted (seed)",
+            "flat": "uniform over V tokens",
+            "outcome_order": "V tokens, then stay-masked (last)",
+            "draws_limited_by_budget": draws is None and n < DEFAULT_DRAWS,
+            "element_budget": MDLM_ELEMENT_BUDGET if draws is None else None,
+        }
+    protocol.update(
+        {
+            "dtypes": dtype_names,
+            "methods": list(methods),
+            "draws": n,
+            "seed": seed,
+            "kl": "KL(row || intended), nats",
+            "entropy_units": "nats",
+            "uniform_bits": {d: uniform_bits(d) for d in dtype_names},
+        }
+    )
     mdlm = mdlm_step is not None
     rows = []
     for case, pi in cases.items():
@@ -144,8 +203,14 @@ def gumbel_audit(*, probs: list[float] | None = None, mdlm_step: int | None = No
                 rows.append(_row(case, "empirical", d, method, "estimate", freq, pi, mdlm=mdlm, draws=n))
                 if log is not None:
                     log(f"{case}: {n} draws, {method}, {d} in {time.perf_counter() - t0:.1f} s")
-    return GumbelAudit(mode=protocol["mode"], rows=tuple(rows), truncation={d: truncation_level(d) for d in dtype_names},
-                       protocol=protocol, seed=seed, wall_s=time.perf_counter() - began)
+    return GumbelAudit(
+        mode=protocol["mode"],
+        rows=tuple(rows),
+        truncation={d: truncation_level(d) for d in dtype_names},
+        protocol=protocol,
+        seed=seed,
+        wall_s=time.perf_counter() - began,
+    )
 
 
 __all__ = ["DEFAULT_DRAWS", "GPT2_VOCAB", "GumbelAudit", "GumbelRow", "MDLM_ELEMENT_BUDGET", "gumbel_audit"]

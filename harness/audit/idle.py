@@ -52,8 +52,9 @@ def reveal_step_probs(steps: int, schedule: str | Schedule = "linear") -> torch.
     return (alpha[1:] - alpha[:-1]) / start_masked
 
 
-def step_idle_probs(length: int, steps: int, ell: int, schedule: str | Schedule = "linear",
-                    batch: int = 1) -> torch.Tensor:
+def step_idle_probs(
+    length: int, steps: int, ell: int, schedule: str | Schedule = "linear", batch: int = 1
+) -> torch.Tensor:
     """P(step k is idle) = (1 - Delta_k)^(batch * length * ell), k = 1..T, shape (T,), float64."""
     _check_counts(length=length, steps=steps, ell=ell, batch=batch)
     delta = reveal_step_probs(steps, schedule).clamp(0.0, 1.0)
@@ -61,14 +62,12 @@ def step_idle_probs(length: int, steps: int, ell: int, schedule: str | Schedule 
     return torch.exp(units * torch.log1p(-delta))
 
 
-def idle_step_ratio(length: int, steps: int, ell: int, schedule: str | Schedule = "linear",
-                    batch: int = 1) -> float:
+def idle_step_ratio(length: int, steps: int, ell: int, schedule: str | Schedule = "linear", batch: int = 1) -> float:
     """Expected fraction of the T steps in which no unit of the batch changes (a fraction, not %)."""
     return float(step_idle_probs(length, steps, ell, schedule, batch).mean())
 
 
-def expected_nfe(length: int, steps: int, ell: int, schedule: str | Schedule = "linear",
-                 batch: int = 1) -> float:
+def expected_nfe(length: int, steps: int, ell: int, schedule: str | Schedule = "linear", batch: int = 1) -> float:
     """Expected network calls of the caching ancestral sampler over the T grid steps.
 
     Convention (that of the MDLM/Prime ``ddpm_cache`` loop): step 1 always calls the network; step
@@ -91,9 +90,16 @@ class IdleSimulation(NamedTuple):
     stderr: float
 
 
-def simulate_idle(length: int, steps: int, ell: int, *, schedule: str | Schedule = "linear",
-                  batch: int = 1, runs: int = 10,
-                  generator: torch.Generator | None = None) -> IdleSimulation:
+def simulate_idle(
+    length: int,
+    steps: int,
+    ell: int,
+    *,
+    schedule: str | Schedule = "linear",
+    batch: int = 1,
+    runs: int = 10,
+    generator: torch.Generator | None = None,
+) -> IdleSimulation:
     """Reference simulation of the unmasking decisions only (no network, no tokens).
 
     Each of the batch*length*ell units draws its reveal step from Delta_k (inverse CDF on float64
@@ -117,5 +123,4 @@ def simulate_idle(length: int, steps: int, ell: int, *, schedule: str | Schedule
     return IdleSimulation(mean=float(ratios.mean()), stderr=float(ratios.std() / math.sqrt(runs)))
 
 
-__all__ = ["idle_step_ratio", "expected_nfe", "simulate_idle", "IdleSimulation", "reveal_step_probs",
-           "step_idle_probs"]
+__all__ = ["idle_step_ratio", "expected_nfe", "simulate_idle", "IdleSimulation", "reveal_step_probs", "step_idle_probs"]

@@ -109,8 +109,17 @@ def _mean_stderr(x: torch.Tensor) -> tuple[float, float | None]:
     return float(x.mean()), se
 
 
-def measure_idle(length: int, steps: int, ell: int, *, schedule: str | Schedule = "linear", runs: int,
-                 seed: int = 0, vocab_size: int = STANDIN_VOCAB, max_batch: int = 64) -> IdleMeasurement:
+def measure_idle(
+    length: int,
+    steps: int,
+    ell: int,
+    *,
+    schedule: str | Schedule = "linear",
+    runs: int,
+    seed: int = 0,
+    vocab_size: int = STANDIN_VOCAB,
+    max_batch: int = 64,
+) -> IdleMeasurement:
     """Run :func:`harness.sampling.generate` (ancestral, float64 Gumbel draws, caching on) ``runs``
     times on one sequence of ``length`` tokens with the uniform stand-in, ``max_batch`` runs per call."""
     from harness.sampling import generate
@@ -120,8 +129,17 @@ def measure_idle(length: int, steps: int, ell: int, *, schedule: str | Schedule 
             raise PrimebenchError(f"{name} must be a positive integer, got {value!r}")
     model = UniformDenoiser(vocab_size=vocab_size, seq_len=length, ell=ell, schedule=schedule)
     began = time.perf_counter()
-    out = generate(model, "ancestral", num_samples=runs, batch_size=min(runs, max_batch), steps=steps,
-                   dtype="float64", method="gumbel", cache=True, generator=seed)
+    out = generate(
+        model,
+        "ancestral",
+        num_samples=runs,
+        batch_size=min(runs, max_batch),
+        steps=steps,
+        dtype="float64",
+        method="gumbel",
+        cache=True,
+        generator=seed,
+    )
     wall = time.perf_counter() - began
     isr, isr_se = _mean_stderr(out.idle_fraction)
     nfe, nfe_se = _mean_stderr(out.nfe)
@@ -186,30 +204,54 @@ class IdleAudit:
                 metrics[f"isr_measured[ell={r.ell}]"] = Metric(m.isr, m.isr_stderr, "estimate", "fraction of steps")
                 metrics[f"nfe_measured[ell={r.ell}]"] = Metric(m.nfe, m.nfe_stderr, "estimate", "calls per sequence")
         protocol = {
-            "length": self.length, "steps": self.steps, "schedule": self.schedule, "batch": self.batch,
-            "ells": [r.ell for r in self.rows], "runs": self.runs,
+            "length": self.length,
+            "steps": self.steps,
+            "schedule": self.schedule,
+            "batch": self.batch,
+            "ells": [r.ell for r in self.rows],
+            "runs": self.runs,
             "grid": "t_k = 1 - k/T, k = 0..T (t_end = 0: the last step reveals every unit)",
             "isr_definition": "idle steps / T; a step is idle when no unit (token, or sub-token for ell > 1) changes",
             "isr_batch_definition": "a step is idle for the batch when none of its B sequences changes",
             "nfe_convention": "step 1 calls the network; step k > 1 calls it iff step k-1 changed the state "
-                              "(expected_nfe = T - sum_{k<T} P(step k idle)); no final noise-removal call",
-            "measurement": None if self.runs == 0 else {
-                "sampler": "ancestral", "runs": self.runs, "per": "sequence (batch = 1)", "cache": True,
-                "dtype": "float64", "method": "gumbel", "seed": self.seed,
+            "(expected_nfe = T - sum_{k<T} P(step k idle)); no final noise-removal call",
+            "measurement": None
+            if self.runs == 0
+            else {
+                "sampler": "ancestral",
+                "runs": self.runs,
+                "per": "sequence (batch = 1)",
+                "cache": True,
+                "dtype": "float64",
+                "method": "gumbel",
+                "seed": self.seed,
                 "denoiser": f"UniformDenoiser (uniform p(x0 | z_t), C = {STANDIN_VOCAB}; MDLM for ell = 1, "
-                            "Prime with carry-over for ell > 1)",
+                "Prime with carry-over for ell > 1)",
             },
             "paper": "MDM-Prime Table 1 (L = T = 1024, linear, one sequence)" if self.is_paper_setting else None,
         }
         return make_record(
-            "idle", model=model_block(None, name="uniform-stand-in", family="mdlm|prime"), metrics=metrics,
-            protocol=protocol, seed=self.seed if self.runs else None, wall_s=self.wall_s,
+            "idle",
+            model=model_block(None, name="uniform-stand-in", family="mdlm|prime"),
+            metrics=metrics,
+            protocol=protocol,
+            seed=self.seed if self.runs else None,
+            wall_s=self.wall_s,
             extra={"rows": [asdict(r) for r in self.rows]},
         )
 
 
-def idle_audit(*, length: int, steps: int, ells: list[int], schedule: str = "linear", batch: int = 1,
-               runs: int = 0, seed: int = 0, log=None) -> IdleAudit:
+def idle_audit(
+    *,
+    length: int,
+    steps: int,
+    ells: list[int],
+    schedule: str = "linear",
+    batch: int = 1,
+    runs: int = 0,
+    seed: int = 0,
+    log=None,
+) -> IdleAudit:
     """Analytic ISR (one sequence and whole batch), expected NFE, and (``runs`` > 0) the measured ISR
     through the real ancestral sampler, for each ell. ``log(message)`` reports progress."""
     if not ells:
@@ -229,19 +271,38 @@ def idle_audit(*, length: int, steps: int, ells: list[int], schedule: str = "lin
             measured = measure_idle(length, steps, ell, schedule=schedule, runs=runs, seed=seed)
             if log is not None:
                 log(f"ell={ell}: {runs} sampler runs at L={length}, T={steps} in {measured.wall_s:.1f} s")
-        rows.append(IdleRow(
-            ell=ell, units=length * ell,
-            isr=idle_step_ratio(length, steps, ell, schedule),
-            isr_batch=idle_step_ratio(length, steps, ell, schedule, batch),
-            expected_nfe=expected_nfe(length, steps, ell, schedule),
-            expected_nfe_sampler=steps * (1.0 - idle_step_ratio(length, steps, ell, schedule)),
-            expected_nfe_batch=expected_nfe(length, steps, ell, schedule, batch),
-            paper_percent=PAPER_ISR_PERCENT.get(ell) if paper else None,
-            measured=measured,
-        ))
-    return IdleAudit(length=length, steps=steps, schedule=name, batch=batch, runs=runs, seed=seed,
-                     rows=tuple(rows), wall_s=time.perf_counter() - began)
+        rows.append(
+            IdleRow(
+                ell=ell,
+                units=length * ell,
+                isr=idle_step_ratio(length, steps, ell, schedule),
+                isr_batch=idle_step_ratio(length, steps, ell, schedule, batch),
+                expected_nfe=expected_nfe(length, steps, ell, schedule),
+                expected_nfe_sampler=steps * (1.0 - idle_step_ratio(length, steps, ell, schedule)),
+                expected_nfe_batch=expected_nfe(length, steps, ell, schedule, batch),
+                paper_percent=PAPER_ISR_PERCENT.get(ell) if paper else None,
+                measured=measured,
+            )
+        )
+    return IdleAudit(
+        length=length,
+        steps=steps,
+        schedule=name,
+        batch=batch,
+        runs=runs,
+        seed=seed,
+        rows=tuple(rows),
+        wall_s=time.perf_counter() - began,
+    )
 
 
-__all__ = ["PAPER_ISR_PERCENT", "STANDIN_VOCAB", "UniformDenoiser", "IdleMeasurement", "measure_idle",
-           "IdleRow", "IdleAudit", "idle_audit"]
+__all__ = [
+    "PAPER_ISR_PERCENT",
+    "STANDIN_VOCAB",
+    "UniformDenoiser",
+    "IdleMeasurement",
+    "measure_idle",
+    "IdleRow",
+    "IdleAudit",
+    "idle_audit",
+]

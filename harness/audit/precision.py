@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -83,8 +84,9 @@ class PrecisionAudit:
 def _check_steps(steps: Sequence[int]) -> tuple[int, ...]:
     out = tuple(steps)
     if not out or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in out):
-        raise PrimebenchError(f"steps must be a non-empty list of positive integers, got {steps!r}",
-                              fix="e.g. --steps 64,256,1024,4096")
+        raise PrimebenchError(
+            f"steps must be a non-empty list of positive integers, got {steps!r}", fix="e.g. --steps 64,256,1024,4096"
+        )
     return out
 
 
@@ -102,7 +104,9 @@ def all_masked_marginal(model) -> torch.Tensor:
     return p / p.sum()  # the network's float32 softmax sums to 1 only within its rounding
 
 
-def marginal_surprisal(tokens: torch.Tensor, log_marginal: torch.Tensor, *, base: str | int = "e") -> tuple[float, float]:
+def marginal_surprisal(
+    tokens: torch.Tensor, log_marginal: torch.Tensor, *, base: str | int = "e"
+) -> tuple[float, float]:
     """Mean over samples of each sample's mean -log p(x) under ``log_marginal`` ((C,), natural log),
     in the units of ``base``, with its standard error over samples (NaN for one sample)."""
     if tokens.dim() != 2 or tokens.shape[0] == 0:
@@ -117,13 +121,36 @@ def _nats_per_unit(base: str | int) -> float:
     return 1.0 if base == "e" else math.log(float(base))
 
 
-def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num_samples: int, batch_size: int,
-         seed: int, entropy_base, control: bool, bos_id: int | None, judge=None,
-         tokenizer=None, draw: str = "joint", log_marginal: torch.Tensor | None = None,
-         ) -> tuple[PrecisionRow, dict[str, Any]]:
-    out = generate(model, sampler, num_samples=num_samples, batch_size=batch_size, steps=steps, dtype=dtype,
-                   method=method, generator=torch.Generator(device=model.device).manual_seed(seed), draw=draw,
-                   bos_id=bos_id if sampler == "autoregressive" else None)
+def _run(
+    model,
+    sampler: str,
+    *,
+    steps: int | None,
+    dtype: str,
+    method: str,
+    num_samples: int,
+    batch_size: int,
+    seed: int,
+    entropy_base,
+    control: bool,
+    bos_id: int | None,
+    judge=None,
+    tokenizer=None,
+    draw: str = "joint",
+    log_marginal: torch.Tensor | None = None,
+) -> tuple[PrecisionRow, dict[str, Any]]:
+    out = generate(
+        model,
+        sampler,
+        num_samples=num_samples,
+        batch_size=batch_size,
+        steps=steps,
+        dtype=dtype,
+        method=method,
+        generator=torch.Generator(device=model.device).manual_seed(seed),
+        draw=draw,
+        bos_id=bos_id if sampler == "autoregressive" else None,
+    )
     metric = MeanEntropy(base=entropy_base)
     metric.update(out.tokens)
     ent = metric.compute()
@@ -133,15 +160,30 @@ def _run(model, sampler: str, *, steps: int | None, dtype: str, method: str, num
         from harness.metrics.genppl import score_texts
 
         texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
-        res = score_texts(judge, texts, max_length=min(judge.context, model.seq_len), batch_size=batch_size)[0].compute()
+        res = score_texts(judge, texts, max_length=min(judge.context, model.seq_len), batch_size=batch_size)[
+            0
+        ].compute()
         gen_ppl, gen_ppl_se = res.gen_ppl, res.stderr
     surprisal = surprisal_se = None
     if log_marginal is not None:
         surprisal, surprisal_se = marginal_surprisal(out.tokens, log_marginal, base=entropy_base)
-    row = PrecisionRow(sampler=sampler, control=control, steps=steps, dtype=dtype, entropy=ent.mean,
-                       entropy_stderr=ent.stderr, units=ent.units, nfe=summary["nfe"],
-                       idle_steps=summary["idle_steps"], wall_s=summary["wall_s"], num_samples=out.num_samples,
-                       gen_ppl=gen_ppl, gen_ppl_stderr=gen_ppl_se, surprisal=surprisal, surprisal_stderr=surprisal_se)
+    row = PrecisionRow(
+        sampler=sampler,
+        control=control,
+        steps=steps,
+        dtype=dtype,
+        entropy=ent.mean,
+        entropy_stderr=ent.stderr,
+        units=ent.units,
+        nfe=summary["nfe"],
+        idle_steps=summary["idle_steps"],
+        wall_s=summary["wall_s"],
+        num_samples=out.num_samples,
+        gen_ppl=gen_ppl,
+        gen_ppl_stderr=gen_ppl_se,
+        surprisal=surprisal,
+        surprisal_stderr=surprisal_se,
+    )
     return row, out.protocol
 
 
@@ -176,8 +218,10 @@ def precision_audit(
     whose float32 run should match float64.
     """
     if judge is not None and tokenizer is None:
-        raise PrimebenchError("Gen PPL in the precision audit needs the model's tokenizer to decode samples",
-                              fix="the checkpoint has no tokenizer folder")
+        raise PrimebenchError(
+            "Gen PPL in the precision audit needs the model's tokenizer to decode samples",
+            fix="the checkpoint has no tokenizer folder",
+        )
     if method not in METHODS:
         raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
     names = [str(parse_dtype(d)).removeprefix("torch.") for d in dtypes]
@@ -194,9 +238,18 @@ def precision_audit(
     rows: list[PrecisionRow] = []
     protocols: dict[str, dict[str, Any]] = {}
     marginal = all_masked_marginal(model) if spec.uses_steps else None  # the masked families
-    common = dict(method=method, num_samples=num_samples, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
-                  bos_id=bos_id, judge=judge, tokenizer=tokenizer, draw=draw,
-                  log_marginal=None if marginal is None else marginal.log())
+    common = dict(
+        method=method,
+        num_samples=num_samples,
+        batch_size=batch_size,
+        seed=seed,
+        entropy_base=entropy_base,
+        bos_id=bos_id,
+        judge=judge,
+        tokenizer=tokenizer,
+        draw=draw,
+        log_marginal=None if marginal is None else marginal.log(),
+    )
     for T in grid:
         for dtype in names:
             log(f"{main} steps={T if T is not None else 'per unit'} dtype={dtype}")
@@ -223,23 +276,33 @@ def precision_audit(
         "batch_size": batch_size,
         "seed": seed,
         "seeding": "every run starts from torch.Generator(device).manual_seed(seed)",
-        "entropy": {"units": units_of(entropy_base), "ids": "model token ids", "per": "sample, then mean",
-                    "ignore_ids": []},
-        "surprisal": None if marginal is None else {
-            "units": f"{units_of(entropy_base)} per token", "per": "sample (mean over its L tokens), then mean",
+        "entropy": {
+            "units": units_of(entropy_base),
+            "ids": "model token ids",
+            "per": "sample, then mean",
+            "ignore_ids": [],
+        },
+        "surprisal": None
+        if marginal is None
+        else {
+            "units": f"{units_of(entropy_base)} per token",
+            "per": "sample (mean over its L tokens), then mean",
             "marginal": "the denoiser's output on the all-masked sequence at t = 1, averaged over positions",
-            "marginal_entropy": float(-torch.special.xlogy(marginal, marginal).sum()) / _nats_per_unit(entropy_base)},
+            "marginal_entropy": float(-torch.special.xlogy(marginal, marginal).sum()) / _nats_per_unit(entropy_base),
+        },
         "draw": draw if spec.name == "ancestral" else None,
         "judge": None if judge is None else judge.spec,
         "sampler_protocol": shared,
-        "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"}
-                             if controls and control != main else None),
+        "control_protocol": (
+            {k: v for k, v in protocols[control].items() if k != "dtype"} if controls and control != main else None
+        ),
     }
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)
 
 
-def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: float | None = None,
-           cfg=None) -> dict[str, Any]:
+def record(
+    audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: float | None = None, cfg=None
+) -> dict[str, Any]:
     """A ``primebench-record/1`` record (evaluation "precision") with one item per run in ``rows``.
 
     Each item carries its own metrics (entropy, Gen PPL when judged, NFE, idle steps: estimates)
@@ -251,29 +314,54 @@ def record(audit: PrecisionAudit, *, checkpoint: str | Path | None, wall_s: floa
     items = []
     for r in audit.rows:
         metrics = {
-            "entropy": Metric(r.entropy, None if r.entropy_stderr != r.entropy_stderr else r.entropy_stderr, "estimate",
-                              f"{r.units} per sample, model ids"),
+            "entropy": Metric(
+                r.entropy,
+                None if r.entropy_stderr != r.entropy_stderr else r.entropy_stderr,
+                "estimate",
+                f"{r.units} per sample, model ids",
+            ),
             "nfe": Metric(r.nfe, None, "estimate", "denoiser calls per sample"),
             "idle_steps": Metric(r.idle_steps, None, "estimate", "idle steps per sample"),
         }
         if r.surprisal is not None:
-            metrics["surprisal"] = Metric(r.surprisal, None if r.surprisal_stderr != r.surprisal_stderr
-                                          else r.surprisal_stderr, "estimate",
-                                          f"{r.units} per token, -log p(x) under the model's all-masked marginal")
+            metrics["surprisal"] = Metric(
+                r.surprisal,
+                None if r.surprisal_stderr != r.surprisal_stderr else r.surprisal_stderr,
+                "estimate",
+                f"{r.units} per token, -log p(x) under the model's all-masked marginal",
+            )
         if r.gen_ppl is not None:
-            metrics["gen_ppl"] = Metric(r.gen_ppl, r.gen_ppl_stderr, "estimate", f"perplexity under {audit.protocol.get('judge')}")
-        items.append({"metrics": {k: v.to_dict() for k, v in metrics.items()},
-                      "protocol": {"sampler": r.sampler + (" (control)" if r.control else ""), "steps": r.steps,
-                                   "dtype": r.dtype, "control": r.control, "num_samples": r.num_samples},
-                      "wall_s_per_sample": r.wall_s})
+            metrics["gen_ppl"] = Metric(
+                r.gen_ppl, r.gen_ppl_stderr, "estimate", f"perplexity under {audit.protocol.get('judge')}"
+            )
+        items.append(
+            {
+                "metrics": {k: v.to_dict() for k, v in metrics.items()},
+                "protocol": {
+                    "sampler": r.sampler + (" (control)" if r.control else ""),
+                    "steps": r.steps,
+                    "dtype": r.dtype,
+                    "control": r.control,
+                    "num_samples": r.num_samples,
+                },
+                "wall_s_per_sample": r.wall_s,
+            }
+        )
     protocol = dict(audit.protocol)
     protocol["float32_flags"] = {
         "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
     model = model_block(None if checkpoint is None else Path(checkpoint), cfg)
-    return make_record("precision", model=model, metrics={}, protocol=protocol, seed=audit.protocol.get("seed"),
-                       wall_s=wall_s, extra={"rows": items})
+    return make_record(
+        "precision",
+        model=model,
+        metrics={},
+        protocol=protocol,
+        seed=audit.protocol.get("seed"),
+        wall_s=wall_s,
+        extra={"rows": items},
+    )
 
 
 def plot(audit: PrecisionAudit, path: str | Path) -> Path:
@@ -303,8 +391,14 @@ def plot(audit: PrecisionAudit, path: str | Path) -> Path:
         if main and main[0].steps is not None:
             for dtype in dict.fromkeys(r.dtype for r in main):
                 rows = sorted((r for r in main if r.dtype == dtype), key=lambda r: r.steps)
-                line = ax.errorbar([r.steps for r in rows], [value(r) for r in rows], yerr=[err(r) for r in rows],
-                                   marker="o", capsize=3, label=f"{rows[0].sampler} {dtype}")
+                line = ax.errorbar(
+                    [r.steps for r in rows],
+                    [value(r) for r in rows],
+                    yerr=[err(r) for r in rows],
+                    marker="o",
+                    capsize=3,
+                    label=f"{rows[0].sampler} {dtype}",
+                )
                 colors[dtype] = line.lines[0].get_color()
             ax.set_xscale("log")
             ticks = sorted({r.steps for r in main})
@@ -337,8 +431,10 @@ def audit_from_record(rec: dict[str, Any]) -> PrecisionAudit:
     """The :class:`PrecisionAudit` a ``precision`` record was made from (rows and protocol), so
     plots can be drawn again from records alone."""
     if rec.get("evaluation") != "precision" or not isinstance(rec.get("rows"), list):
-        raise PrimebenchError(f"not a precision record (evaluation {rec.get('evaluation')!r})",
-                              fix="pass a record written by `primebench audit precision`")
+        raise PrimebenchError(
+            f"not a precision record (evaluation {rec.get('evaluation')!r})",
+            fix="pass a record written by `primebench audit precision`",
+        )
     protocol = rec.get("protocol", {})
     units = units_of(2 if protocol.get("entropy", {}).get("units") == "bits" else "e")
     rows = []
@@ -350,13 +446,25 @@ def audit_from_record(rec: dict[str, Any]) -> PrecisionAudit:
             v = None if entry is None else entry.get(key)
             return float("nan") if v is None and key == "stderr" else v
 
-        rows.append(PrecisionRow(
-            sampler=str(p["sampler"]).removesuffix(" (control)"), control=bool(p["control"]), steps=p["steps"],
-            dtype=p["dtype"], entropy=value("entropy"), entropy_stderr=value("entropy", "stderr"), units=units,
-            nfe=value("nfe"), idle_steps=value("idle_steps"), wall_s=item.get("wall_s_per_sample"),
-            num_samples=p["num_samples"], gen_ppl=value("gen_ppl"),
-            gen_ppl_stderr=None if m.get("gen_ppl") is None else m["gen_ppl"].get("stderr"),
-            surprisal=value("surprisal"), surprisal_stderr=None if m.get("surprisal") is None else m["surprisal"].get("stderr")))
+        rows.append(
+            PrecisionRow(
+                sampler=str(p["sampler"]).removesuffix(" (control)"),
+                control=bool(p["control"]),
+                steps=p["steps"],
+                dtype=p["dtype"],
+                entropy=value("entropy"),
+                entropy_stderr=value("entropy", "stderr"),
+                units=units,
+                nfe=value("nfe"),
+                idle_steps=value("idle_steps"),
+                wall_s=item.get("wall_s_per_sample"),
+                num_samples=p["num_samples"],
+                gen_ppl=value("gen_ppl"),
+                gen_ppl_stderr=None if m.get("gen_ppl") is None else m["gen_ppl"].get("stderr"),
+                surprisal=value("surprisal"),
+                surprisal_stderr=None if m.get("surprisal") is None else m["surprisal"].get("stderr"),
+            )
+        )
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)
 
 
@@ -373,11 +481,25 @@ class PrecisionRun:
     record: dict[str, Any]
 
 
-def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_samples: int, dtypes: Sequence[str],
-                     method: str, sampler: str | None, controls: bool, batch_size: int, seed: int,
-                     entropy_base: str | int, judge: str | None = None, device: str = "cpu",
-                     log: Callable[[str], None] | None = None, carry_over: bool | None = None,
-                     ema: bool = True, draw: str = "joint") -> PrecisionRun:
+def audit_checkpoint(
+    checkpoint: str | Path,
+    *,
+    steps: Sequence[int],
+    num_samples: int,
+    dtypes: Sequence[str],
+    method: str,
+    sampler: str | None,
+    controls: bool,
+    batch_size: int,
+    seed: int,
+    entropy_base: str | int,
+    judge: str | None = None,
+    device: str = "cpu",
+    log: Callable[[str], None] | None = None,
+    carry_over: bool | None = None,
+    ema: bool = True,
+    draw: str = "joint",
+) -> PrecisionRun:
     """Load ``checkpoint`` (and the ``judge`` spec, if any), run :func:`precision_audit` on it with the
     tokenizer's BOS, and make the record (wall time from loading to the last row)."""
     from harness.evaluation import load_for_evaluation
@@ -394,9 +516,20 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
 
         the_judge = load_judge(judge, device=device)
     audit = precision_audit(
-        model, steps=steps, num_samples=num_samples, dtypes=dtypes, method=method, sampler=sampler,
-        controls=controls, batch_size=batch_size, seed=seed, entropy_base=entropy_base,
-        bos_id=None if tokenizer is None else tokenizer.bos_id, log=log, judge=the_judge, tokenizer=tokenizer,
+        model,
+        steps=steps,
+        num_samples=num_samples,
+        dtypes=dtypes,
+        method=method,
+        sampler=sampler,
+        controls=controls,
+        batch_size=batch_size,
+        seed=seed,
+        entropy_base=entropy_base,
+        bos_id=None if tokenizer is None else tokenizer.bos_id,
+        log=log,
+        judge=the_judge,
+        tokenizer=tokenizer,
         draw=draw,
     )
     audit.protocol.update(model.protocol(), weights="EMA" if ema else "raw")
@@ -404,5 +537,18 @@ def audit_checkpoint(checkpoint: str | Path, *, steps: Sequence[int], num_sample
     return PrecisionRun(audit, record(audit, checkpoint=checkpoint, wall_s=wall, cfg=cfg))
 
 
-__all__ = ["DEFAULT_DTYPES", "DEFAULT_STEPS", "PrecisionAudit", "PrecisionRow", "PrecisionRun", "all_masked_marginal",
-           "audit_checkpoint", "audit_from_record", "marginal_surprisal", "plot", "plot_record", "precision_audit", "record"]
+__all__ = [
+    "DEFAULT_DTYPES",
+    "DEFAULT_STEPS",
+    "PrecisionAudit",
+    "PrecisionRow",
+    "PrecisionRun",
+    "all_masked_marginal",
+    "audit_checkpoint",
+    "audit_from_record",
+    "marginal_surprisal",
+    "plot",
+    "plot_record",
+    "precision_audit",
+    "record",
+]

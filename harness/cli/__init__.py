@@ -62,7 +62,8 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import audit, bench, data, eval as eval_cmd, models, reproduce, table, train, transfer
+    from harness.cli import audit, bench, data, models, reproduce, table, train, transfer
+    from harness.cli import eval as eval_cmd
 
     for module in (train, eval_cmd, audit, table, data, models, reproduce, transfer, bench):
         for command in module.COMMANDS:

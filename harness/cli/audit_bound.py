@@ -3,8 +3,6 @@ side (logic in :mod:`harness.audit.bound`, view in :mod:`harness.views.bound`)."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from harness.cli.options import device_option, out_option
@@ -25,15 +23,35 @@ def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
 
 @click.command("bound")
 @click.argument("checkpoint", required=False)
-@click.option("--toy", default=None, metavar="C,ELL,L", callback=_parse_toy,
-              help="Shape of the random toy denoisers (without CHECKPOINT). [default: 6,2,2]")
-@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=0),
-              help="Number of random toy models (without CHECKPOINT).")
+@click.option(
+    "--toy",
+    default=None,
+    metavar="C,ELL,L",
+    callback=_parse_toy,
+    help="Shape of the random toy denoisers (without CHECKPOINT). [default: 6,2,2]",
+)
+@click.option(
+    "--seeds",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Number of random toy models (without CHECKPOINT).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="First toy seed / Monte-Carlo seed.")
-@click.option("--mc-samples", default=4, show_default=True, type=click.IntRange(min=2),
-              help="Monte-Carlo corruptions per sequence (with CHECKPOINT; >= 2 for a standard error).")
-@click.option("--batches", default=4, show_default=True, type=click.IntRange(min=1),
-              help="Validation batches to score (with CHECKPOINT).")
+@click.option(
+    "--mc-samples",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Monte-Carlo corruptions per sequence (with CHECKPOINT; >= 2 for a standard error).",
+)
+@click.option(
+    "--batches",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Validation batches to score (with CHECKPOINT).",
+)
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @device_option(help="torch device for a checkpoint's model.")
 @out_option()
@@ -57,8 +75,15 @@ def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, dev
     elif toy is not None:
         raise click.UsageError("--toy applies only without CHECKPOINT (toy models are enumerated)")
     else:
-        audit = audit_checkpoint(checkpoint, mc_samples=mc_samples, batches=batches, batch_size=batch_size,
-                                 seed=seed, device=device, log=lambda message: console().log(message))
+        audit = audit_checkpoint(
+            checkpoint,
+            mc_samples=mc_samples,
+            batches=batches,
+            batch_size=batch_size,
+            seed=seed,
+            device=device,
+            log=lambda message: console().log(message),
+        )
     emit_record(audit.to_record(), out=out, as_json=as_json, render=lambda _: render_bound(audit), indent=None)
 
 

@@ -4,13 +4,11 @@ real draws (logic in :mod:`harness.audit.gumbel_audit`, view in :mod:`harness.vi
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import click
 
-from harness.cli.options import out_option
-
 from harness.audit.gumbel_audit import DEFAULT_DRAWS, GPT2_VOCAB, MDLM_ELEMENT_BUDGET
+from harness.cli.options import out_option
 
 
 def _parse_probs(ctx, param, value: str | None) -> list[float] | None:
@@ -51,21 +49,49 @@ def _parse_list(allowed: tuple[str, ...] | None, what: str):
 
 
 @click.command("gumbel")
-@click.option("--probs", default=None, callback=_parse_probs, metavar="P1,P2,...",
-              help="Class probabilities to audit (>= 0; normalised).")
-@click.option("--mdlm-step", type=click.IntRange(min=1), default=None, metavar="K",
-              help="Audit MDLM's ancestral step K of T instead (peaked and flat token distributions).")
+@click.option(
+    "--probs",
+    default=None,
+    callback=_parse_probs,
+    metavar="P1,P2,...",
+    help="Class probabilities to audit (>= 0; normalised).",
+)
+@click.option(
+    "--mdlm-step",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="K",
+    help="Audit MDLM's ancestral step K of T instead (peaked and flat token distributions).",
+)
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="T for --mdlm-step. [default: 1024]")
-@click.option("--vocab", type=click.IntRange(min=2), default=None,
-              help=f"Vocabulary size V for --mdlm-step. [default: {GPT2_VOCAB}, GPT-2]")
-@click.option("--dtype", "dtypes", default="float32,float64", show_default=True,
-              callback=_parse_list(None, "dtype"), help="Precisions of the uniforms, comma-separated.")
-@click.option("--methods", default="gumbel,race,mdlm-legacy", show_default=True,
-              callback=_parse_list(("gumbel", "race", "mdlm-legacy"), "method"),
-              help="sample_categorical methods, comma-separated.")
-@click.option("--draws", type=click.IntRange(min=1), default=None,
-              help=f"Draws per method and dtype. [default: {DEFAULT_DRAWS:,}; with --mdlm-step at most "
-                   f"{MDLM_ELEMENT_BUDGET:,} / (V + 1), i.e. 333 at V = 50257]")
+@click.option(
+    "--vocab",
+    type=click.IntRange(min=2),
+    default=None,
+    help=f"Vocabulary size V for --mdlm-step. [default: {GPT2_VOCAB}, GPT-2]",
+)
+@click.option(
+    "--dtype",
+    "dtypes",
+    default="float32,float64",
+    show_default=True,
+    callback=_parse_list(None, "dtype"),
+    help="Precisions of the uniforms, comma-separated.",
+)
+@click.option(
+    "--methods",
+    default="gumbel,race,mdlm-legacy",
+    show_default=True,
+    callback=_parse_list(("gumbel", "race", "mdlm-legacy"), "method"),
+    help="sample_categorical methods, comma-separated.",
+)
+@click.option(
+    "--draws",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Draws per method and dtype. [default: {DEFAULT_DRAWS:,}; with --mdlm-step at most "
+    f"{MDLM_ELEMENT_BUDGET:,} / (V + 1), i.e. 333 at V = 50257]",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws (and of the Zipf ranks).")
 @out_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON instead of the table.")
@@ -85,8 +111,17 @@ def gumbel_cmd(probs, mdlm_step, steps, vocab, dtypes, methods, draws, seed, out
     vocab = GPT2_VOCAB if vocab is None else vocab
     if mdlm_step is not None and mdlm_step > steps:
         raise click.BadParameter(f"step {mdlm_step} is past the last step T = {steps}", param_hint="--mdlm-step")
-    audit = gumbel_audit(probs=probs, mdlm_step=mdlm_step, steps=steps, vocab=vocab, dtypes=dtypes,
-                         methods=methods, draws=draws, seed=seed, log=lambda message: console().log(message))
+    audit = gumbel_audit(
+        probs=probs,
+        mdlm_step=mdlm_step,
+        steps=steps,
+        vocab=vocab,
+        dtypes=dtypes,
+        methods=methods,
+        draws=draws,
+        seed=seed,
+        log=lambda message: console().log(message),
+    )
     emit_record(audit.to_record(), out=out, as_json=as_json, render=render_gumbel)
 
 

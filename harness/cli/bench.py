@@ -10,7 +10,9 @@ STAGES = ("gemm", "forward", "train_step", "nll_cost", "sampling", "precision_co
 
 
 @click.command("bench")
-@click.option("--quick", is_flag=True, help="Fewer repeats and smaller sampling runs (about 5 minutes on a 2-core CPU).")
+@click.option(
+    "--quick", is_flag=True, help="Fewer repeats and smaller sampling runs (about 5 minutes on a 2-core CPU)."
+)
 @click.option("--stages", default=",".join(STAGES), show_default=True, help="Comma-separated stages to run.")
 @device_option()
 @out_option("Write bench.json (the record) and README.md (the table) into this folder.")

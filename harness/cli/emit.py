@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
-def emit_record(record: dict, *, out: Path | None, as_json: bool, render: Callable[[dict], None],
-                indent: int | None = 2, attachments: dict[str, tuple[str, bytes]] | None = None) -> Path | None:
+def emit_record(
+    record: dict,
+    *,
+    out: Path | None,
+    as_json: bool,
+    render: Callable[[dict], None],
+    indent: int | None = 2,
+    attachments: dict[str, tuple[str, bytes]] | None = None,
+) -> Path | None:
     """Write ``record`` into the folder ``out`` (if given), then print it as JSON (``as_json``, with
     ``indent``) or through ``render``. Returns the written file, or None.
 

@@ -16,9 +16,14 @@ def models_cmd(as_json):
     rows = []
     for name in family_names():
         cls = MODELS.get(name)
-        rows.append({"family": name, "estimators": {e.name: e.kind for e in cls.estimators},
-                     "default_sampler": cls.default_sampler,
-                     "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]})
+        rows.append(
+            {
+                "family": name,
+                "estimators": {e.name: e.kind for e in cls.estimators},
+                "default_sampler": cls.default_sampler,
+                "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0],
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows))
         return

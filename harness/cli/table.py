@@ -12,12 +12,27 @@ _FORMATS = ("rich", "md", "latex", "csv")
 
 @click.command("table")
 @click.argument("records", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--layout", type=click.Choice(_LAYOUTS), default=None,
-              help="Table layout [default: the one named after the records' evaluation].")
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="rich", show_default=True,
-              help="rich (terminal), md (Markdown), latex (booktabs tabular), csv (plain values).")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write the table to this file instead of stdout.")
+@click.option(
+    "--layout",
+    type=click.Choice(_LAYOUTS),
+    default=None,
+    help="Table layout [default: the one named after the records' evaluation].",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default="rich",
+    show_default=True,
+    help="rich (terminal), md (Markdown), latex (booktabs tabular), csv (plain values).",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    help="Write the table to this file instead of stdout.",
+)
 def table_cmd(records, layout, fmt, out):
     """Render a paper-style table from RECORDS (JSON record files or folders of them).
 
@@ -39,8 +54,10 @@ def table_cmd(records, layout, fmt, out):
     if layout is None:
         found = sorted({str(r.get("evaluation")) for r in loaded})
         if len(found) != 1 or found[0] not in _LAYOUTS:
-            raise PrimebenchError(f"cannot choose a layout for records of evaluations {', '.join(found)}",
-                                  fix=f"pass --layout ({', '.join(_LAYOUTS)}) and records of one evaluation")
+            raise PrimebenchError(
+                f"cannot choose a layout for records of evaluations {', '.join(found)}",
+                fix=f"pass --layout ({', '.join(_LAYOUTS)}) and records of one evaluation",
+            )
         layout = found[0]
     table = build_table(loaded, layout)
     if out is not None:

@@ -16,7 +16,12 @@ from harness.cli.options import device_option, out_option
 @out_option("Checkpoint folder [default: results/runs/NAME].")
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out exactly where it stopped.")
 @click.option("--restart", is_flag=True, help="Discard the run saved in --out (weights, state, log) and start over.")
-@click.option("--stop-after", type=click.IntRange(min=1), default=None, help="Stop (with a checkpoint) after this many steps in this invocation.")
+@click.option(
+    "--stop-after",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop (with a checkpoint) after this many steps in this invocation.",
+)
 @device_option(default=None, help="cpu or cuda[:N] [default: cuda when available].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")

@@ -9,13 +9,23 @@ from harness.cli.options import out_option
 
 @click.command("import")
 @click.argument("source")
-@click.option("--format", "fmt", type=click.Choice(["mdlm-hf", "mdlm-ckpt", "prime-ckpt", "ar-ckpt", "hf-causal"]),
-              default=None, help="Layout of SOURCE [default: from its prefix, e.g. mdlm-ckpt:FILE].")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mdlm-hf", "mdlm-ckpt", "prime-ckpt", "ar-ckpt", "hf-causal"]),
+    default=None,
+    help="Layout of SOURCE [default: from its prefix, e.g. mdlm-ckpt:FILE].",
+)
 @out_option("Folder to write (new or empty): safetensors weights, config.json, tokenizer.", required=True)
 @click.option("--ema/--no-ema", default=True, show_default=True, help="Keep a .ckpt's EMA weights or its raw ones.")
-@click.option("--tokenizer", "tokenizer", default=None, metavar="SPEC",
-              help="Tokenizer of a release checkpoint with no tokenizer files beside it (any --tokenizer spec) "
-                   "[default: the files beside it, else gpt2 for C = 50257].")
+@click.option(
+    "--tokenizer",
+    "tokenizer",
+    default=None,
+    metavar="SPEC",
+    help="Tokenizer of a release checkpoint with no tokenizer files beside it (any --tokenizer spec) "
+    "[default: the files beside it, else gpt2 for C = 50257].",
+)
 def import_cmd(source, fmt, out, ema, tokenizer):
     """Convert a published checkpoint into a folder every command takes as a plain path."""
     from harness.models.transfer import import_checkpoint, source_for

@@ -22,9 +22,7 @@ from harness.data.zeroshot import LOCAL_SPLIT, ZEROSHOT_PRESETS, ZeroShotPreset,
 from harness.errors import DataError, PrimebenchError
 from harness.registry import Registry
 
-SPEC_FORMS = (
-    "PRESET, PRESET@PATH, wiki-embedded[:SPLIT], text:PATH[:SPLIT], hf:NAME[:CONFIG]:SPLIT[#FIELD]"
-)
+SPEC_FORMS = "PRESET, PRESET@PATH, wiki-embedded[:SPLIT], text:PATH[:SPLIT], hf:NAME[:CONFIG]:SPLIT[#FIELD]"
 
 
 @dataclass(frozen=True)
@@ -55,9 +53,7 @@ def resolve_dataset(spec: str, default_split: str) -> ResolvedDataset:
     if kind in CORPUS_KINDS:
         base, split = parse_corpus_split(spec, default_split)
         corpus = get_corpus(base)
-        return ResolvedDataset(
-            name=corpus.name, corpus=corpus, split=split, detokenizer="none", eos_between_docs=None
-        )
+        return ResolvedDataset(name=corpus.name, corpus=corpus, split=split, detokenizer="none", eos_between_docs=None)
     name, at, path = spec.partition("@")
     preset = _lookup_preset(name)
     if at:
@@ -88,8 +84,7 @@ def _lookup_preset(name: str) -> ZeroShotPreset:
         return ZEROSHOT_PRESETS.get(key)
     if key in CORPUS_KINDS:  # e.g. "text@file.txt": the '@' form is for presets only
         raise DataError(
-            f"dataset spec '{name}@...' puts '@' after the corpus kind {key!r}; "
-            "'PRESET@PATH' is for zero-shot presets",
+            f"dataset spec '{name}@...' puts '@' after the corpus kind {key!r}; 'PRESET@PATH' is for zero-shot presets",
             fix=f"write {key}:... for a plain corpus; spec forms: {SPEC_FORMS}",
         )
     known: Registry[str] = Registry("zero-shot preset or corpus kind")

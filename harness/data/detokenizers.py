@@ -23,7 +23,7 @@ registered in :data:`DETOKENIZERS` by the name that results record.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from harness.registry import Registry
 

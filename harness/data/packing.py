@@ -72,8 +72,7 @@ def pack(
             fix="use seq_len >= 3",
         )
     if wrap:
-        ids, mask, counts = _pack_wrapped(docs_ids, seq_len, bos_id, eos_id, pad_id,
-                                          eos_between_docs, remainder)
+        ids, mask, counts = _pack_wrapped(docs_ids, seq_len, bos_id, eos_id, pad_id, eos_between_docs, remainder)
     else:
         ids, mask, counts = _pack_rows(docs_ids, seq_len, bos_id, eos_id, pad_id)
     if ids.shape[0] == 0:
@@ -95,9 +94,7 @@ def pack(
         "rows": int(ids.shape[0]),
         "tokens_out": int(mask.sum()),
     }
-    return Packed(
-        input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), protocol=protocol
-    )
+    return Packed(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), protocol=protocol)
 
 
 def _pack_wrapped(docs_ids, seq_len, bos_id, eos_id, pad_id, eos_between_docs, remainder):

@@ -111,8 +111,7 @@ _PRESETS = (
         split="validation",
         field="sentence",
         detokenizer="ptb",
-        description="Penn Treebank (Mikolov's text-only version) validation; one sentence per "
-        "document",
+        description="Penn Treebank (Mikolov's text-only version) validation; one sentence per document",
     ),
     ZeroShotPreset(
         name="lm1b",
@@ -210,14 +209,12 @@ def load_online(preset: ZeroShotPreset) -> Corpus:
         raw = get_corpus(preset.hf_spec)
     except OfflineError as exc:
         raise OfflineError(
-            f"zero-shot set {preset.name!r} is loaded from {preset.hf_spec} and needs the "
-            f"network: {exc.problem}",
+            f"zero-shot set {preset.name!r} is loaded from {preset.hf_spec} and needs the network: {exc.problem}",
             fix=f"connect to the network (unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE), or {local}",
         ) from exc
     except DataError as exc:
         raise DataError(
-            f"zero-shot set {preset.name!r} could not be loaded from {preset.hf_spec}: "
-            f"{exc.problem}",
+            f"zero-shot set {preset.name!r} could not be loaded from {preset.hf_spec}: {exc.problem}",
             fix=f"{local}" + (f" (loader said: {exc.fix})" if exc.fix else ""),
         ) from exc
     return make_corpus(

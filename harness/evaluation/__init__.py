@@ -4,8 +4,9 @@ in :mod:`harness.lmeval` and :mod:`harness.fid`)."""
 from __future__ import annotations
 
 
-def load_for_evaluation(checkpoint, device: str = "cpu", *, corpus=None, carry_over: bool | None = None,
-                        ema: bool = True):
+def load_for_evaluation(
+    checkpoint, device: str = "cpu", *, corpus=None, carry_over: bool | None = None, ema: bool = True
+):
     """Join torchrun's process group when launched by it, then load the checkpoint on this rank's device.
 
     Returns ``(info, model, tokenizer, cfg)``; a checkpoint without a tokenizer folder gets the

@@ -8,7 +8,6 @@ retokenisation adds no special tokens and truncates at ``max_length``), and the 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -18,20 +17,61 @@ import torch
 from harness.metrics.entropy import MeanEntropy
 
 
-def _sample_batch(model, tokenizer, *, sampler, steps, n, dtype, method, nucleus_p, temperature, seed,
-                  nucleus_rule="cross", draw="two-stage"):
+def _sample_batch(
+    model,
+    tokenizer,
+    *,
+    sampler,
+    steps,
+    n,
+    dtype,
+    method,
+    nucleus_p,
+    temperature,
+    seed,
+    nucleus_rule="cross",
+    draw="two-stage",
+):
     from harness.sampling import generate
 
     g = torch.Generator(device=model.device).manual_seed(seed)
     return generate(
-        model, sampler, num_samples=n, batch_size=n, steps=steps, temperature=temperature, nucleus_p=nucleus_p,
-        nucleus_rule=nucleus_rule, dtype=dtype, method=method, generator=g, bos_id=tokenizer.bos_id, draw=draw,
+        model,
+        sampler,
+        num_samples=n,
+        batch_size=n,
+        steps=steps,
+        temperature=temperature,
+        nucleus_p=nucleus_p,
+        nucleus_rule=nucleus_rule,
+        dtype=dtype,
+        method=method,
+        generator=g,
+        bos_id=tokenizer.bos_id,
+        draw=draw,
     )
 
 
-def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype, method, nucleus_p, temperature,
-                     batch_size, seed, max_length, rank: int = 0, world: int = 1, nucleus_rule: str = "cross",
-                     draw: str = "two-stage"):
+def sample_and_score(
+    model,
+    tokenizer,
+    judge,
+    *,
+    sampler,
+    steps,
+    samples,
+    dtype,
+    method,
+    nucleus_p,
+    temperature,
+    batch_size,
+    seed,
+    max_length,
+    rank: int = 0,
+    world: int = 1,
+    nucleus_rule: str = "cross",
+    draw: str = "two-stage",
+):
     """Draw and score this rank's batches. Returns (per-sample rows, sampler protocol, sampling seconds).
 
     Batch b (of ``batch_size`` samples) is drawn with its own generator seeded by (seed, b) and is
@@ -40,16 +80,27 @@ def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype,
     """
     from harness.evaluation.ppl import batch_seed
     from harness.metrics.genppl import score_ids, to_judge_ids
-    
+
     rows, protocol, wall = [], None, 0.0
     for b, start in enumerate(range(0, samples, batch_size)):
         if b % world != rank:
             continue
         n = min(batch_size, samples - start)
         t0 = time.time()
-        out = _sample_batch(model, tokenizer, sampler=sampler, steps=steps, n=n, dtype=dtype, method=method,
-                            nucleus_p=nucleus_p, temperature=temperature, seed=batch_seed(seed, b),
-                            nucleus_rule=nucleus_rule, draw=draw)
+        out = _sample_batch(
+            model,
+            tokenizer,
+            sampler=sampler,
+            steps=steps,
+            n=n,
+            dtype=dtype,
+            method=method,
+            nucleus_p=nucleus_p,
+            temperature=temperature,
+            seed=batch_seed(seed, b),
+            nucleus_rule=nucleus_rule,
+            draw=draw,
+        )
         wall += time.time() - t0
         protocol = out.protocol
         texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
@@ -59,17 +110,19 @@ def sample_and_score(model, tokenizer, judge, *, sampler, steps, samples, dtype,
             metric, judge_ids = score_ids(judge, samples_ids, max_length=max_length, batch_size=n)
             judged = (metric.nats, metric.counts, judge_ids, metric.truncated_flags)
         for i, text in enumerate(texts):
-            rows.append({
-                "index": start + i,
-                "text": text,
-                "tokens": out.tokens[i].tolist(),
-                "nfe": int(out.nfe[i]),
-                "idle_steps": int(out.idle_steps[i]),
-                "judge_nats": None if judged is None else judged[0][i],
-                "judge_targets": None if judged is None else judged[1][i],
-                "judge_ids": None if judged is None else judged[2][i],
-                "judge_truncated": None if judged is None else judged[3][i],
-            })
+            rows.append(
+                {
+                    "index": start + i,
+                    "text": text,
+                    "tokens": out.tokens[i].tolist(),
+                    "nfe": int(out.nfe[i]),
+                    "idle_steps": int(out.idle_steps[i]),
+                    "judge_nats": None if judged is None else judged[0][i],
+                    "judge_targets": None if judged is None else judged[1][i],
+                    "judge_ids": None if judged is None else judged[2][i],
+                    "judge_truncated": None if judged is None else judged[3][i],
+                }
+            )
     return rows, protocol, wall
 
 
@@ -94,8 +147,10 @@ def metrics_from_rows(rows: list[dict], *, judge_spec: str | None, bits: bool = 
     metrics = {}
     if judge_spec is not None:
         gp = GenPPL()
-        gp.add(torch.tensor([r["judge_nats"] for r in rows], dtype=torch.float64),
-               torch.tensor([r["judge_targets"] for r in rows], dtype=torch.float64))
+        gp.add(
+            torch.tensor([r["judge_nats"] for r in rows], dtype=torch.float64),
+            torch.tensor([r["judge_targets"] for r in rows], dtype=torch.float64),
+        )
         res = gp.compute()
         metrics["gen_ppl"] = Metric(res.gen_ppl, res.stderr, "estimate", f"perplexity under {judge_spec}")
         ent_judge = MeanEntropy(base=base)
@@ -107,8 +162,12 @@ def metrics_from_rows(rows: list[dict], *, judge_spec: str | None, bits: bool = 
     em = ent_model.compute()
     metrics["entropy_model"] = Metric(em.mean, em.stderr, "estimate", f"{units} per sample, model ids")
     nfe = torch.tensor([r["nfe"] for r in rows], dtype=torch.float64)
-    metrics["nfe"] = Metric(float(nfe.mean()), float(nfe.std() / math.sqrt(nfe.numel())) if nfe.numel() > 1 else None,
-                            "estimate", "denoiser calls per sample")
+    metrics["nfe"] = Metric(
+        float(nfe.mean()),
+        float(nfe.std() / math.sqrt(nfe.numel())) if nfe.numel() > 1 else None,
+        "estimate",
+        "denoiser calls per sample",
+    )
     return metrics
 
 
@@ -141,13 +200,10 @@ def run_genppl(
     """
     from harness import distributed
     from harness.errors import DataError
-    from harness.judges import load_judge
-    from harness.records import Metric, make_record, model_block
-
     from harness.evaluation import load_for_evaluation
-
-    from harness.judges import check_judge_spec
+    from harness.judges import check_judge_spec, load_judge
     from harness.metrics.genppl import separator_ids
+    from harness.records import Metric, make_record, model_block
 
     t0 = time.time()
     if judge_obj is None and judge:
@@ -158,17 +214,32 @@ def run_genppl(
     original = model.seq_len
     L = seq_len or original
     if L > original:
-        raise DataError(f"--seq-len {L} is longer than the model's sequence length {original}", fix=f"use --seq-len <= {original}")
+        raise DataError(
+            f"--seq-len {L} is longer than the model's sequence length {original}", fix=f"use --seq-len <= {original}"
+        )
     # MDLM truncates the retokenised sample at the model length; a judge with a different tokenizer
     # may need more tokens for the same text, so truncation is counted and recorded.
     max_length = L if the_judge is None else min(the_judge.context, L)
     model.seq_len = L  # generate a canvas of L tokens (the backbone accepts any length up to its own)
     try:
         rows, sampler_protocol, sample_wall = sample_and_score(
-            model, tokenizer, the_judge, sampler=sampler, steps=steps, samples=samples, dtype=dtype, method=method,
-            nucleus_p=nucleus_p, nucleus_rule=nucleus_rule, temperature=temperature, batch_size=batch_size, seed=seed,
-            max_length=max_length, draw=draw,
-            rank=info.rank, world=info.world,
+            model,
+            tokenizer,
+            the_judge,
+            sampler=sampler,
+            steps=steps,
+            samples=samples,
+            dtype=dtype,
+            method=method,
+            nucleus_p=nucleus_p,
+            nucleus_rule=nucleus_rule,
+            temperature=temperature,
+            batch_size=batch_size,
+            seed=seed,
+            max_length=max_length,
+            draw=draw,
+            rank=info.rank,
+            world=info.world,
         )
     finally:
         model.seq_len = original
@@ -183,8 +254,9 @@ def run_genppl(
         dist.all_gather_object(protos, sampler_protocol)
         sampler_protocol = next(p for p in protos if p)
     metrics = metrics_from_rows(rows, judge_spec=None if the_judge is None else the_judge.spec, bits=bits)
-    metrics["samples_per_s"] = Metric(samples / max(float(walls), 1e-9), None, "estimate",
-                                      "samples per second of sampling time, summed over ranks")
+    metrics["samples_per_s"] = Metric(
+        samples / max(float(walls), 1e-9), None, "estimate", "samples per second of sampling time, summed over ranks"
+    )
     protocol = dict(sampler_protocol)
     protocol.pop("num_samples", None)
     protocol.pop("batch_size", None)
@@ -197,23 +269,42 @@ def run_genppl(
         world_size=info.world,
         judge=None if the_judge is None else the_judge.spec,
         judge_description=None if the_judge is None else the_judge.description,
-        judge_retokenization={"special_tokens_added": False, "max_length": max_length, "pad": "judge EOS (never counted)",
-                              "counted_targets": "non-EOS targets plus the first EOS (MDLM)",
-                              "separators": {"model_ids": separator_ids(tokenizer), "judge_eos_id": int(the_judge.eos_id),
-                                             "rule": "text between separators re-encoded; each separator -> the judge's EOS"},
-                              "separators_mapped": sum(sum(1 for t in r["tokens"] if t in set(separator_ids(tokenizer)))
-                                                       for r in rows)} if the_judge else None,
+        judge_retokenization={
+            "special_tokens_added": False,
+            "max_length": max_length,
+            "pad": "judge EOS (never counted)",
+            "counted_targets": "non-EOS targets plus the first EOS (MDLM)",
+            "separators": {
+                "model_ids": separator_ids(tokenizer),
+                "judge_eos_id": int(the_judge.eos_id),
+                "rule": "text between separators re-encoded; each separator -> the judge's EOS",
+            },
+            "separators_mapped": sum(sum(1 for t in r["tokens"] if t in set(separator_ids(tokenizer))) for r in rows),
+        }
+        if the_judge
+        else None,
         judge_truncated_samples=None if the_judge is None else sum(1 for r in rows if r["judge_truncated"]),
         gen_ppl_aggregation="token-weighted over all samples: exp(sum nats / sum counted targets)",
-        entropy={"definition": "per-sample unigram entropy of token ids, mean over samples",
-                 "units": "bits" if bits else "nats", "ids": ["model (all L generated ids)", "judge (retokenised, unpadded)"]},
+        entropy={
+            "definition": "per-sample unigram entropy of token ids, mean over samples",
+            "units": "bits" if bits else "nats",
+            "ids": ["model (all L generated ids)", "judge (retokenised, unpadded)"],
+        },
         tokenizer=tokenizer.spec,
     )
-    out_rows = [{k: v for k, v in r.items() if k != "judge_ids"} | {"judge_tokens": None if r["judge_ids"] is None else len(r["judge_ids"])}
-                for r in rows]
+    out_rows = [
+        {k: v for k, v in r.items() if k != "judge_ids"}
+        | {"judge_tokens": None if r["judge_ids"] is None else len(r["judge_ids"])}
+        for r in rows
+    ]
     record = make_record(
-        "genppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol, seed=seed,
-        device=device, wall_s=time.time() - t0,
+        "genppl",
+        model=model_block(Path(checkpoint), cfg),
+        metrics=metrics,
+        protocol=protocol,
+        seed=seed,
+        device=device,
+        wall_s=time.time() - t0,
     )
     return record, out_rows
 

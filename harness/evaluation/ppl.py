@@ -56,8 +56,9 @@ def evaluate_nll(
             kw["corruptible"] = corruptible[start : start + batch_size].to(model.device)
         if estimators:
             kw.pop("estimator", None)
-            results = model.nll_many(x, estimators=estimators, num_samples=num_samples, generator=g,
-                                     attention_mask=m, **kw)
+            results = model.nll_many(
+                x, estimators=estimators, num_samples=num_samples, generator=g, attention_mask=m, **kw
+            )
         else:
             results = [model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **kw)]
         for acc, res in zip(accs, results):
@@ -87,12 +88,29 @@ def estimator_plan(model, estimator: str):
         return [model.estimator(estimator)]
     offering = families_offering(estimator)
     if offering:
-        raise ValueError(f"--estimator {estimator!r} only applies to {', '.join(offering)} checkpoints; this is {model.family!r}")
-    raise ValueError(f"unknown estimator {estimator!r}: use default, both, or one of {[e.name for e in model.estimators]}")
+        raise ValueError(
+            f"--estimator {estimator!r} only applies to {', '.join(offering)} checkpoints; this is {model.family!r}"
+        )
+    raise ValueError(
+        f"unknown estimator {estimator!r}: use default, both, or one of {[e.name for e in model.estimators]}"
+    )
 
 
-def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, batch_size: int, mc_samples: int,
-               seed: int, info, units: tuple[str, str], exp_name: str, ignore_bos: bool = False) -> tuple[dict, dict]:
+def score_rows(
+    model,
+    ids,
+    mask,
+    *,
+    estimator: str,
+    time_sampler: str | None,
+    batch_size: int,
+    mc_samples: int,
+    seed: int,
+    info,
+    units: tuple[str, str],
+    exp_name: str,
+    ignore_bos: bool = False,
+) -> tuple[dict, dict]:
     """Score every row with each planned estimator: (metrics, protocol fields shared by text and images).
 
     ``ignore_bos``: position 0 of every row is given context, never masked and never scored
@@ -113,14 +131,40 @@ def score_rows(model, ids, mask, *, estimator: str, time_sampler: str | None, ba
         corruptible = mask.bool().clone()
         corruptible[:, 0] = False
     shared = len(plan) > 1 and hasattr(model, "nll_many")  # one forward pass for all the estimators
-    results = evaluate_nll(model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
-                           nll_kwargs={"time_sampler": sampler}, rank=info.rank, world=info.world,
-                           corruptible=corruptible, estimators=[e.name for e in plan]) if shared else None
+    results = (
+        evaluate_nll(
+            model,
+            ids,
+            mask,
+            batch_size=batch_size,
+            num_samples=mc_samples,
+            seed=seed,
+            nll_kwargs={"time_sampler": sampler},
+            rank=info.rank,
+            world=info.world,
+            corruptible=corruptible,
+            estimators=[e.name for e in plan],
+        )
+        if shared
+        else None
+    )
     for i, est in enumerate(plan):
-        res = results[i] if shared else evaluate_nll(
-            model, ids, mask, batch_size=batch_size, num_samples=mc_samples, seed=seed,
-            nll_kwargs={"estimator": est.name, "time_sampler": sampler}, rank=info.rank, world=info.world,
-            corruptible=corruptible)
+        res = (
+            results[i]
+            if shared
+            else evaluate_nll(
+                model,
+                ids,
+                mask,
+                batch_size=batch_size,
+                num_samples=mc_samples,
+                seed=seed,
+                nll_kwargs={"estimator": est.name, "time_sampler": sampler},
+                rank=info.rank,
+                world=info.world,
+                corruptible=corruptible,
+            )
+        )
         first = first or res
         metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
         if exp_name == "bpd":
@@ -150,13 +194,27 @@ def _image_spec(data: str | None, cfg) -> str | None:
             return None
         from harness.errors import DataError
 
-        raise DataError(f"--data {data!r}: this checkpoint was trained on images ({cfg.data.corpus})",
-                        fix=f"pass --data {cfg.data.corpus}:test, or leave --data unset")
+        raise DataError(
+            f"--data {data!r}: this checkpoint was trained on images ({cfg.data.corpus})",
+            fix=f"pass --data {cfg.data.corpus}:test, or leave --data unset",
+        )
     return str(parse_image_spec(spec).with_default_split(cfg.data.valid_split))
 
 
-def run_image_bpd(model, tokenizer, cfg, spec: str, *, estimator: str, time_sampler: str | None, mc_samples: int,
-                  batch_size: int, seed: int, max_rows: int | None, info) -> tuple[dict, dict]:
+def run_image_bpd(
+    model,
+    tokenizer,
+    cfg,
+    spec: str,
+    *,
+    estimator: str,
+    time_sampler: str | None,
+    mc_samples: int,
+    batch_size: int,
+    seed: int,
+    max_rows: int | None,
+    info,
+) -> tuple[dict, dict]:
     """Bits per dimension of ``model`` on the image dataset ``spec``: (metrics, protocol).
 
     Every one of the H*W*ch tokens of an image is scored (the ARM through its start token), so
@@ -166,7 +224,7 @@ def run_image_bpd(model, tokenizer, cfg, spec: str, *, estimator: str, time_samp
     from harness.data.images import get_image_dataset
     from harness.errors import DataError
 
-    ds = get_image_dataset(spec[len("image:"):])
+    ds = get_image_dataset(spec[len("image:") :])
     if ds.levels != model.vocab_size or ds.seq_len != model.seq_len:
         raise DataError(
             f"{spec} ({ds.height}x{ds.width}x{ds.channels}, {ds.levels} levels) does not fit the model "
@@ -177,8 +235,18 @@ def run_image_bpd(model, tokenizer, cfg, spec: str, *, estimator: str, time_samp
         raise DataError(model.image_unscored_first_pixel, fix="train the ARM on images with model.start_token=true")
     ids = ds.tokens if max_rows is None else ds.tokens[:max_rows]
     metrics, shared, kinds = score_rows(
-        model, ids, torch.ones_like(ids), estimator=estimator, time_sampler=time_sampler, batch_size=batch_size,
-        mc_samples=mc_samples, seed=seed, info=info, units=("nats/dim", "bits/dim"), exp_name="bpd")
+        model,
+        ids,
+        torch.ones_like(ids),
+        estimator=estimator,
+        time_sampler=time_sampler,
+        batch_size=batch_size,
+        mc_samples=mc_samples,
+        seed=seed,
+        info=info,
+        units=("nats/dim", "bits/dim"),
+        exp_name="bpd",
+    )
     protocol = {
         "dataset": ds.name,
         "data": spec,
@@ -241,10 +309,23 @@ def run_ppl(
     refs = None
     if image_spec is not None:
         if ignore_bos:
-            raise DataError("--ignore-bos applies to text rows ([BOS] chunk [EOS]); image rows have no BOS",
-                            fix="drop --ignore-bos for image data")
-        metrics, protocol = run_image_bpd(model, tokenizer, cfg, image_spec, estimator=estimator, time_sampler=time_sampler,
-                                          mc_samples=mc_samples, batch_size=batch_size, seed=seed, max_rows=max_rows, info=info)
+            raise DataError(
+                "--ignore-bos applies to text rows ([BOS] chunk [EOS]); image rows have no BOS",
+                fix="drop --ignore-bos for image data",
+            )
+        metrics, protocol = run_image_bpd(
+            model,
+            tokenizer,
+            cfg,
+            image_spec,
+            estimator=estimator,
+            time_sampler=time_sampler,
+            mc_samples=mc_samples,
+            batch_size=batch_size,
+            seed=seed,
+            max_rows=max_rows,
+            info=info,
+        )
     else:
         spec = data or f"{d.corpus}:{d.valid_split}"
         L = seq_len or model.seq_len
@@ -268,9 +349,19 @@ def run_ppl(
         if max_rows is not None:
             ids, mask = ids[:max_rows], mask[:max_rows]
         metrics, shared, kinds = score_rows(
-            model, ids, mask, estimator=estimator, time_sampler=time_sampler, batch_size=batch_size,
-            mc_samples=mc_samples, seed=seed, info=info, units=("nats/token", "perplexity"), exp_name="ppl",
-            ignore_bos=ignore_bos)
+            model,
+            ids,
+            mask,
+            estimator=estimator,
+            time_sampler=time_sampler,
+            batch_size=batch_size,
+            mc_samples=mc_samples,
+            seed=seed,
+            info=info,
+            units=("nats/token", "perplexity"),
+            exp_name="ppl",
+            ignore_bos=ignore_bos,
+        )
         protocol = {
             "dataset": dataset.name,
             "data": spec,
@@ -287,12 +378,28 @@ def run_ppl(
         }
         if references:
             scored = model.scored_positions(ids, mask, _first_given(mask) if ignore_bos else None)
-            refs = text_references(dataset, cfg, tokenizer, ids, mask, scored, seq_len=L, packing=packing,
-                                   tokens_scored=shared["tokens_scored"])
+            refs = text_references(
+                dataset,
+                cfg,
+                tokenizer,
+                ids,
+                mask,
+                scored,
+                seq_len=L,
+                packing=packing,
+                tokens_scored=shared["tokens_scored"],
+            )
     protocol.update(model.protocol(), weights="EMA" if ema else "raw")
-    record = make_record("ppl", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
-                         seed=seed, device=str(model.device), wall_s=_time.time() - t0,
-                         extra=None if refs is None else {"references": refs})
+    record = make_record(
+        "ppl",
+        model=model_block(Path(checkpoint), cfg),
+        metrics=metrics,
+        protocol=protocol,
+        seed=seed,
+        device=str(model.device),
+        wall_s=_time.time() - t0,
+        extra=None if refs is None else {"references": refs},
+    )
     warn_if_not_learned(record)
     return record
 
@@ -306,8 +413,10 @@ def warn_if_not_learned(record: dict) -> bool:
     refs = record.get("references")
     if nll is None or not no_better_than_unigram(nll["value"], refs):
         return False
-    console().print(f"[yellow]warning:[/] {record['model']['name']}: NLL {nll['value']:.4f} is {NOT_LEARNED} "
-                    f"(unigram reference {refs['unigram']['nll']['value']:.4f} nats/token on the same tokens)")
+    console().print(
+        f"[yellow]warning:[/] {record['model']['name']}: NLL {nll['value']:.4f} is {NOT_LEARNED} "
+        f"(unigram reference {refs['unigram']['nll']['value']:.4f} nats/token on the same tokens)"
+    )
     return True
 
 
@@ -318,8 +427,9 @@ def _first_given(mask: torch.Tensor) -> torch.Tensor:
     return corruptible
 
 
-def text_references(dataset, cfg, tokenizer, ids, mask, scored, *, seq_len: int, packing: dict,
-                    tokens_scored: float) -> dict:
+def text_references(
+    dataset, cfg, tokenizer, ids, mask, scored, *, seq_len: int, packing: dict, tokens_scored: float
+) -> dict:
     """The unigram and bigram references of the scored tokens, fitted on a train split packed as the
     scored data: the scored corpus's train split when it has one other than the scored split, else
     the checkpoint's own training corpus (named in ``fit_on``, with a note)."""
@@ -334,15 +444,21 @@ def text_references(dataset, cfg, tokenizer, ids, mask, scored, *, seq_len: int,
         corpus = dataset.corpus
     else:
         corpus = get_corpus(cfg.data.corpus)
-        note = (f"{dataset.name} has no {train!r} split apart from the scored one; the references are fitted on "
-                f"the checkpoint's training corpus {cfg.data.corpus}:{train}")
+        note = (
+            f"{dataset.name} has no {train!r} split apart from the scored one; the references are fitted on "
+            f"the checkpoint's training corpus {cfg.data.corpus}:{train}"
+        )
         if train not in corpus.splits or not corpus.splits[train]:
-            raise DataError(f"no train split to fit the unigram/bigram references on ({dataset.name}, {cfg.data.corpus})",
-                            fix="evaluate with --no-references, or on a corpus with a train split")
+            raise DataError(
+                f"no train split to fit the unigram/bigram references on ({dataset.name}, {cfg.data.corpus})",
+                fix="evaluate with --no-references, or on a corpus with a train split",
+            )
     fit = get_packed(corpus, train, tokenizer=tokenizer, seq_len=seq_len, **packing)
     counts = fit_counts(fit.input_ids, fit.attention_mask, vocab_size=tokenizer.vocab_size)
     block = references_block(counts, ids, scored, mask, fit_on=f"{corpus.spec}:{train}", note=note)
     if block["tokens_scored"] != int(tokens_scored):
-        raise RuntimeError(f"the references counted {block['tokens_scored']} tokens where the model scored "
-                           f"{int(tokens_scored)}: the family's scored_positions disagrees with its nll")
+        raise RuntimeError(
+            f"the references counted {block['tokens_scored']} tokens where the model scored "
+            f"{int(tokens_scored)}: the family's scored_positions disagrees with its nll"
+        )
     return block

@@ -58,18 +58,29 @@ def _check_backend(backend: str) -> None:
         import difflib
 
         close = difflib.get_close_matches(backend, BACKENDS, n=1)
-        raise PrimebenchError(f"unknown FID backend {backend!r}",
-                              fix=(f"did you mean {close[0]!r}? " if close else "") + f"use one of {', '.join(BACKENDS)}")
+        raise PrimebenchError(
+            f"unknown FID backend {backend!r}",
+            fix=(f"did you mean {close[0]!r}? " if close else "") + f"use one of {', '.join(BACKENDS)}",
+        )
 
 
-def fid_between(images: torch.Tensor, reference: torch.Tensor | str, space: FeatureSpace, *,
-                backend: str = "torch-fidelity", batch_size: int = 256) -> FidResult:
+def fid_between(
+    images: torch.Tensor,
+    reference: torch.Tensor | str,
+    space: FeatureSpace,
+    *,
+    backend: str = "torch-fidelity",
+    batch_size: int = 256,
+) -> FidResult:
     """FID between generated uint8 ``images`` (N, ch, H, W) and ``reference`` (images or a dataset spec)."""
     _check_backend(backend)
     images = as_rgb(images)
     ref_spec = reference if isinstance(reference, str) else "(images)"
-    ref_images = None if isinstance(reference, str) and backend == "frechet" else (
-        reference_images(reference)[0] if isinstance(reference, str) else reference)
+    ref_images = (
+        None
+        if isinstance(reference, str) and backend == "frechet"
+        else (reference_images(reference)[0] if isinstance(reference, str) else reference)
+    )
     if ref_images is not None:
         ref_images = as_rgb(ref_images)
     if len(images) < 2:
@@ -92,9 +103,9 @@ def fid_between(images: torch.Tensor, reference: torch.Tensor | str, space: Feat
 
         metric = FrechetInceptionDistance(feature=space.module, reset_real_features=True)
         for start in range(0, len(ref_images), batch_size):
-            metric.update(ref_images[start:start + batch_size], real=True)
+            metric.update(ref_images[start : start + batch_size], real=True)
         for start in range(0, len(images), batch_size):
-            metric.update(images[start:start + batch_size], real=False)
+            metric.update(images[start : start + batch_size], real=False)
         fid = float(metric.compute())
         ref_size = len(ref_images)
         if space.has_inception_score:
@@ -107,15 +118,31 @@ def fid_between(images: torch.Tensor, reference: torch.Tensor | str, space: Feat
 
         register_with_torch_fidelity()
         out = torch_fidelity.calculate_metrics(
-            input1=_ImageDataset(images), input2=_ImageDataset(ref_images), fid=True, isc=space.has_inception_score,
-            feature_extractor=space.fidelity_name, feature_extractor_weights_path=space.fidelity_weights,
-            batch_size=batch_size, cuda=False, cache=False, verbose=False, save_cpu_ram=True,
+            input1=_ImageDataset(images),
+            input2=_ImageDataset(ref_images),
+            fid=True,
+            isc=space.has_inception_score,
+            feature_extractor=space.fidelity_name,
+            feature_extractor_weights_path=space.fidelity_weights,
+            batch_size=batch_size,
+            cuda=False,
+            cache=False,
+            verbose=False,
+            save_cpu_ram=True,
             isc_splits=IS_SPLITS,
         )
         fid = float(out["frechet_inception_distance"])
         ref_size = len(ref_images)
         if space.has_inception_score:
             is_mean, is_std = float(out["inception_score_mean"]), float(out["inception_score_std"])
-    return FidResult(fid=fid, space=space.name, backend=backend, samples=len(images), reference=ref_spec,
-                     reference_size=ref_size, inception_score=is_mean, inception_score_std=is_std,
-                     reference_cached=cached)
+    return FidResult(
+        fid=fid,
+        space=space.name,
+        backend=backend,
+        samples=len(images),
+        reference=ref_spec,
+        reference_size=ref_size,
+        inception_score=is_mean,
+        inception_score_std=is_std,
+        reference_cached=cached,
+    )

@@ -46,7 +46,8 @@ class DigitNet(nn.Module):
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if images.dim() != 4 or images.shape[1] not in (1, 3) or tuple(images.shape[2:]) != (self.height, self.width):
             raise PrimebenchError(
-                f"the digit classifier takes (N, 1 or 3, {self.height}, {self.width}) images, got {tuple(images.shape)}",
+                f"the digit classifier takes (N, 1 or 3, {self.height}, {self.width}) images, got "
+                f"{tuple(images.shape)}",
                 fix="use the feature extractor trained on the dataset these images come from",
             )
         x = images.to(torch.float32).mean(dim=1, keepdim=True) / 255.0  # (N, 1, H, W) in [0, 1]
@@ -72,10 +73,20 @@ class TrainedClassifier:
     trained_now: bool
 
     def describe(self) -> dict:
-        return {"dataset": self.dataset, "seed": self.seed, "test_accuracy": self.accuracy,
-                "test_split": f"{self.dataset}:test", "test_size": self.test_size,
-                "train_split": f"{self.dataset}:train", "recipe_version": RECIPE_VERSION,
-                "feature_dim": FEATURE_DIM, "epochs": EPOCHS[self.dataset], "train_threads": 1, "features": "penultimate linear layer, before ReLU", "weights": str(self.path)}
+        return {
+            "dataset": self.dataset,
+            "seed": self.seed,
+            "test_accuracy": self.accuracy,
+            "test_split": f"{self.dataset}:test",
+            "test_size": self.test_size,
+            "train_split": f"{self.dataset}:train",
+            "recipe_version": RECIPE_VERSION,
+            "feature_dim": FEATURE_DIM,
+            "epochs": EPOCHS[self.dataset],
+            "train_threads": 1,
+            "features": "penultimate linear layer, before ReLU",
+            "weights": str(self.path),
+        }
 
 
 def classifier_path(dataset: str, seed: int) -> Path:
@@ -93,15 +104,16 @@ def _dataset_images(spec: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _accuracy(net: DigitNet, images: torch.Tensor, labels: torch.Tensor) -> float:
     with torch.no_grad():
-        predictions = torch.cat([net(images[i:i + 512])[1].argmax(dim=1) for i in range(0, len(images), 512)])
+        predictions = torch.cat([net(images[i : i + 512])[1].argmax(dim=1) for i in range(0, len(images), 512)])
     return float((predictions == labels).to(torch.float64).mean())
 
 
 def train_classifier(dataset: str, *, seed: int = 0) -> tuple[DigitNet, float, int]:
     """Train on ``dataset:train`` (Adam, seeded) and return (net, accuracy on ``dataset:test``, test size)."""
     if dataset not in EPOCHS:
-        raise PrimebenchError(f"no digit classifier recipe for dataset {dataset!r}",
-                              fix=f"use one of {', '.join(sorted(EPOCHS))}")
+        raise PrimebenchError(
+            f"no digit classifier recipe for dataset {dataset!r}", fix=f"use one of {', '.join(sorted(EPOCHS))}"
+        )
     images, labels = _dataset_images(f"{dataset}:train")
     test_images, test_labels = _dataset_images(f"{dataset}:test")
     gen = torch.Generator().manual_seed(seed)
@@ -118,7 +130,7 @@ def train_classifier(dataset: str, *, seed: int = 0) -> tuple[DigitNet, float, i
         for _ in range(EPOCHS[dataset]):
             order = torch.randperm(len(images), generator=gen)
             for start in range(0, len(order), 64):
-                idx = order[start:start + 64]
+                idx = order[start : start + 64]
                 loss = F.cross_entropy(net(images[idx])[1], labels[idx])
                 optimizer.zero_grad()
                 loss.backward()
@@ -133,8 +145,19 @@ def save_classifier(net: DigitNet, path: Path, *, dataset: str, seed: int, accur
     from harness.io import atomic_write_bytes
 
     buffer = io.BytesIO()
-    torch.save({"state_dict": net.state_dict(), "height": net.height, "width": net.width, "dataset": dataset,
-                "seed": seed, "accuracy": accuracy, "test_size": test_size, "recipe_version": RECIPE_VERSION}, buffer)
+    torch.save(
+        {
+            "state_dict": net.state_dict(),
+            "height": net.height,
+            "width": net.width,
+            "dataset": dataset,
+            "seed": seed,
+            "accuracy": accuracy,
+            "test_size": test_size,
+            "recipe_version": RECIPE_VERSION,
+        },
+        buffer,
+    )
     atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -142,8 +165,10 @@ def read_classifier(path: Path) -> tuple[DigitNet, dict]:
     """Load a cached classifier file -> (net in eval mode, its metadata)."""
     path = Path(path)
     if not path.is_file():
-        raise PrimebenchError(f"digit classifier weights {str(path)!r} do not exist",
-                              fix="load it with harness.fid.digits_classifier.load_classifier(DATASET) (trains and caches it)")
+        raise PrimebenchError(
+            f"digit classifier weights {str(path)!r} do not exist",
+            fix="load it with harness.fid.digits_classifier.load_classifier(DATASET) (trains and caches it)",
+        )
     from harness.safe_load import load_torch_file
 
     fix = f"delete {path} (the classifier is re-trained and cached on next use)"
@@ -153,8 +178,11 @@ def read_classifier(path: Path) -> tuple[DigitNet, dict]:
         net.load_state_dict(blob["state_dict"])
         float(blob["accuracy"]), int(blob["test_size"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise PrimebenchError(f"digit classifier cache {str(path)!r} does not hold a classifier "
-                              f"({type(exc).__name__}: {exc})".splitlines()[0], fix=fix) from exc
+        raise PrimebenchError(
+            f"digit classifier cache {str(path)!r} does not hold a classifier "
+            f"({type(exc).__name__}: {exc})".splitlines()[0],
+            fix=fix,
+        ) from exc
     net.eval().requires_grad_(False)
     return net, {k: v for k, v in blob.items() if k != "state_dict"}
 
@@ -186,8 +214,10 @@ def torch_fidelity_class():
         def __init__(self, name, features_list, feature_extractor_weights_path=None, **kwargs):
             super().__init__(name, features_list)
             if feature_extractor_weights_path is None:
-                raise PrimebenchError(f"feature extractor {name!r} needs feature_extractor_weights_path",
-                                      fix="pass the classifier file from load_classifier(...).path")
+                raise PrimebenchError(
+                    f"feature extractor {name!r} needs feature_extractor_weights_path",
+                    fix="pass the classifier file from load_classifier(...).path",
+                )
             self.net, _ = read_classifier(Path(feature_extractor_weights_path))
 
         @staticmethod

@@ -31,13 +31,16 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "input": "uint8 0..255 (normalize=False)",
 }
 
+
 def paper_reference(reference: str | None) -> str:
     """``cifar10:PATH[:SPLIT]`` -> ``cifar10:PATH:train`` (the paper protocol's reference)."""
     from harness.data.images import parse_image_spec
 
     if reference is None or not reference.startswith("cifar10:"):
-        raise PrimebenchError("--paper-protocol needs the CIFAR-10 folder: --reference cifar10:PATH",
-                              fix="e.g. --reference cifar10:/data/cifar (holding cifar-10-batches-py/)")
+        raise PrimebenchError(
+            "--paper-protocol needs the CIFAR-10 folder: --reference cifar10:PATH",
+            fix="e.g. --reference cifar10:/data/cifar (holding cifar-10-batches-py/)",
+        )
     return parse_image_spec(reference).with_split("train").spec
 
 
@@ -46,8 +49,10 @@ def _image_corpus(corpus: str):
     from harness.data.images import is_image_spec, parse_image_spec
 
     if not is_image_spec(corpus):
-        raise DataError(f"the checkpoint was trained on {corpus!r}, not on images",
-                        fix="FID needs an image checkpoint (data.corpus: image:digits, image:mnist5k, image:cifar10:PATH)")
+        raise DataError(
+            f"the checkpoint was trained on {corpus!r}, not on images",
+            fix="FID needs an image checkpoint (data.corpus: image:digits, image:mnist5k, image:cifar10:PATH)",
+        )
     return parse_image_spec(corpus).with_split("train")
 
 
@@ -64,26 +69,64 @@ def image_layout(corpus: str):
     return get_image_dataset(_image_corpus(corpus))
 
 
-def sample_images(model, layout, *, samples: int, batch_size: int, sampler: str | None, steps: int | None,
-                  dtype: str, method: str, seed: int, draw: str = "two-stage") -> tuple[torch.Tensor, dict[str, Any]]:
+def sample_images(
+    model,
+    layout,
+    *,
+    samples: int,
+    batch_size: int,
+    sampler: str | None,
+    steps: int | None,
+    dtype: str,
+    method: str,
+    seed: int,
+    draw: str = "two-stage",
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Draw ``samples`` images (uint8 (N, ch, H, W)) and the sampler's protocol."""
     from harness.data import to_images
     from harness.sampling import generate
 
     if model.seq_len != layout.seq_len:
-        raise DataError(f"the model generates {model.seq_len} tokens but {layout.spec} images have "
-                        f"{layout.height}x{layout.width}x{layout.channels} = {layout.seq_len}",
-                        fix="pass the dataset the model was trained on")
-    out = generate(model, sampler, num_samples=samples, batch_size=batch_size, steps=steps, dtype=dtype,
-                   method=method, generator=seed, draw=draw)
+        raise DataError(
+            f"the model generates {model.seq_len} tokens but {layout.spec} images have "
+            f"{layout.height}x{layout.width}x{layout.channels} = {layout.seq_len}",
+            fix="pass the dataset the model was trained on",
+        )
+    out = generate(
+        model,
+        sampler,
+        num_samples=samples,
+        batch_size=batch_size,
+        steps=steps,
+        dtype=dtype,
+        method=method,
+        generator=seed,
+        draw=draw,
+    )
     return to_images(out.tokens.cpu(), layout), dict(out.protocol)
 
 
-def fid_record(model, layout, *, reference: str, features: str | None, backend: str, samples: int,
-               batch_size: int, sampler: str | None = None, steps: int | None = None, dtype: str = "float64",
-               method: str = "gumbel", seed: int = 0, inception_weights: str | None = None,
-               classifier_seed: int = 0, model_block: dict | None = None, device: str = "cpu",
-               paper_protocol: bool = False, draw: str = "two-stage") -> dict[str, Any]:
+def fid_record(
+    model,
+    layout,
+    *,
+    reference: str,
+    features: str | None,
+    backend: str,
+    samples: int,
+    batch_size: int,
+    sampler: str | None = None,
+    steps: int | None = None,
+    dtype: str = "float64",
+    method: str = "gumbel",
+    seed: int = 0,
+    inception_weights: str | None = None,
+    classifier_seed: int = 0,
+    model_block: dict | None = None,
+    device: str = "cpu",
+    paper_protocol: bool = False,
+    draw: str = "two-stage",
+) -> dict[str, Any]:
     """Sample from ``model`` (tokens in ``layout``), compute FID (and IS for Inception), return a record."""
     from harness.fid.backends import fid_between
     from harness.fid.features import default_features, get_feature_space
@@ -95,17 +138,35 @@ def fid_record(model, layout, *, reference: str, features: str | None, backend: 
     space = get_feature_space(features, inception_weights=inception_weights, seed=classifier_seed)
     ref_imgs, ref_ds = reference_images(reference)
     if (ref_ds.height, ref_ds.width) != (layout.height, layout.width):
-        raise DataError(f"reference {reference} has {ref_ds.height}x{ref_ds.width} images but the model draws "
-                        f"{layout.height}x{layout.width}", fix="use a reference of the model's image size")
-    images, sampler_protocol = sample_images(model, layout, samples=samples, batch_size=batch_size, sampler=sampler,
-                                             steps=steps, dtype=dtype, method=method, seed=seed, draw=draw)
-    result = fid_between(images, reference if backend == "frechet" else ref_imgs, space, backend=backend,
-                         batch_size=batch_size)
+        raise DataError(
+            f"reference {reference} has {ref_ds.height}x{ref_ds.width} images but the model draws "
+            f"{layout.height}x{layout.width}",
+            fix="use a reference of the model's image size",
+        )
+    images, sampler_protocol = sample_images(
+        model,
+        layout,
+        samples=samples,
+        batch_size=batch_size,
+        sampler=sampler,
+        steps=steps,
+        dtype=dtype,
+        method=method,
+        seed=seed,
+        draw=draw,
+    )
+    result = fid_between(
+        images, reference if backend == "frechet" else ref_imgs, space, backend=backend, batch_size=batch_size
+    )
     units = f"squared {space.name} feature units ({space.dim}-d)"
     metrics = {space.metric_name: Metric(result.fid, None, "estimate", units)}
     if result.inception_score is not None:
-        metrics["inception_score"] = Metric(result.inception_score, None, "estimate",
-                                            f"exp(nats) over Inception classes, mean of 10 splits (std {result.inception_score_std:.4f})")
+        metrics["inception_score"] = Metric(
+            result.inception_score,
+            None,
+            "estimate",
+            f"exp(nats) over Inception classes, mean of 10 splits (std {result.inception_score_std:.4f})",
+        )
     sampler_protocol.pop("num_samples", None)
     protocol = {
         "features": space.name,
@@ -117,18 +178,31 @@ def fid_record(model, layout, *, reference: str, features: str | None, backend: 
         "samples": samples,
         "batch_size": batch_size,
         "seed": seed,
-        "image_layout": {"dataset": layout.name, "height": layout.height, "width": layout.width,
-                         "channels": layout.channels, "levels": layout.levels,
-                         "to_uint8": "round(v * 255 / (levels - 1))"},
+        "image_layout": {
+            "dataset": layout.name,
+            "height": layout.height,
+            "width": layout.width,
+            "channels": layout.channels,
+            "levels": layout.levels,
+            "to_uint8": "round(v * 255 / (levels - 1))",
+        },
         "paper_protocol": dict(PAPER_PROTOCOL) if paper_protocol else None,
         "sampler": sampler_protocol,
     }
-    return make_record("fid", model=model_block or {"name": None, "family": None}, metrics=metrics,
-                       protocol=protocol, seed=seed, device=device, wall_s=time.time() - t0)
+    return make_record(
+        "fid",
+        model=model_block or {"name": None, "family": None},
+        metrics=metrics,
+        protocol=protocol,
+        seed=seed,
+        device=device,
+        wall_s=time.time() - t0,
+    )
 
 
-def run_fid(checkpoint: Path, *, reference: str | None = None, paper_protocol: bool = False, device: str = "cpu",
-            **kwargs) -> dict[str, Any]:
+def run_fid(
+    checkpoint: Path, *, reference: str | None = None, paper_protocol: bool = False, device: str = "cpu", **kwargs
+) -> dict[str, Any]:
     """Load an image checkpoint and return its FID record (other keywords as :func:`fid_record`).
 
     ``reference`` None: the checkpoint's dataset, train split. ``paper_protocol``: the CIFAR-10
@@ -143,5 +217,12 @@ def run_fid(checkpoint: Path, *, reference: str | None = None, paper_protocol: b
     _, model, _, cfg = load_for_evaluation(checkpoint, device)
     layout = image_layout(cfg.data.corpus)
     reference = reference or default_reference(cfg.data.corpus)
-    return fid_record(model, layout, reference=reference, model_block=model_block(Path(checkpoint), cfg), device=device,
-                      paper_protocol=paper_protocol, **kwargs)
+    return fid_record(
+        model,
+        layout,
+        reference=reference,
+        model_block=model_block(Path(checkpoint), cfg),
+        device=device,
+        paper_protocol=paper_protocol,
+        **kwargs,
+    )

@@ -14,10 +14,10 @@ pass; grey images are replicated to 3 channels by :func:`as_rgb`.
 from __future__ import annotations
 
 import functools
-
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -73,8 +73,10 @@ def as_rgb(images: torch.Tensor) -> torch.Tensor:
     """uint8 (N, 1 or 3, H, W) -> uint8 (N, 3, H, W) (grey replicated)."""
     images = torch.as_tensor(images)
     if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] not in (1, 3):
-        raise PrimebenchError(f"images must be uint8 (N, 1 or 3, H, W), got {images.dtype} {tuple(images.shape)}",
-                              fix="convert tokens with harness.data.to_images")
+        raise PrimebenchError(
+            f"images must be uint8 (N, 1 or 3, H, W), got {images.dtype} {tuple(images.shape)}",
+            fix="convert tokens with harness.data.to_images",
+        )
     return images.expand(-1, 3, -1, -1).contiguous() if images.shape[1] == 1 else images
 
 
@@ -86,8 +88,9 @@ def inception_weights_path(explicit: str | Path | None = None) -> Path:
     if explicit is not None:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise PrimebenchError(f"--inception-weights {str(path)!r} does not exist",
-                                  fix=f"pass the path of {INCEPTION_WEIGHTS_FILE}")
+            raise PrimebenchError(
+                f"--inception-weights {str(path)!r} does not exist", fix=f"pass the path of {INCEPTION_WEIGHTS_FILE}"
+            )
         return path
     folder = Path(torch.hub.get_dir()) / "checkpoints"  # honours $TORCH_HOME
     path = folder / INCEPTION_WEIGHTS_FILE
@@ -95,7 +98,7 @@ def inception_weights_path(explicit: str | Path | None = None) -> Path:
         raise OfflineError(
             f"Inception weights {INCEPTION_WEIGHTS_FILE} not found in {folder} (nothing is downloaded at run time)",
             fix=f"on a machine with network download {INCEPTION_WEIGHTS_URL} and put it in {folder} "
-                f"(or set TORCH_HOME, or pass --inception-weights PATH)",
+            f"(or set TORCH_HOME, or pass --inception-weights PATH)",
         )
     return path
 
@@ -114,11 +117,15 @@ def _inception(*, inception_weights: str | Path | None = None, seed: int = 0) ->
     from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
     try:
-        net = FeatureExtractorInceptionV3(FIDELITY_INCEPTION, ["2048", "logits_unbiased"],
-                                          feature_extractor_weights_path=str(plain))
+        net = FeatureExtractorInceptionV3(
+            FIDELITY_INCEPTION, ["2048", "logits_unbiased"], feature_extractor_weights_path=str(plain)
+        )
     except (RuntimeError, KeyError, TypeError, AttributeError) as exc:
-        raise PrimebenchError(f"Inception weights {str(path)!r} do not fit torch-fidelity's InceptionV3 "
-                              f"({type(exc).__name__}: {exc})".splitlines()[0], fix=fix) from exc
+        raise PrimebenchError(
+            f"Inception weights {str(path)!r} do not fit torch-fidelity's InceptionV3 "
+            f"({type(exc).__name__}: {exc})".splitlines()[0],
+            fix=fix,
+        ) from exc
     net.eval().requires_grad_(False)
 
     def both(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,11 +133,20 @@ def _inception(*, inception_weights: str | Path | None = None, seed: int = 0) ->
         return features.reshape(images.shape[0], -1), logits
 
     return FeatureSpace(
-        name="inception", dim=2048, module=_FirstOutput(net, 2048), fidelity_name=FIDELITY_INCEPTION,
-        fidelity_weights=str(plain), cache_key=f"inception2048-{path.name}-{path.stat().st_size}",
-        has_inception_score=True, both=both,
-        info={"network": "torch-fidelity InceptionV3 (TF 2015-12-05 weights)", "layer": "2048-d pool",
-              "weights": str(path), "input": "uint8 0..255, resized inside the network to 299x299"},
+        name="inception",
+        dim=2048,
+        module=_FirstOutput(net, 2048),
+        fidelity_name=FIDELITY_INCEPTION,
+        fidelity_weights=str(plain),
+        cache_key=f"inception2048-{path.name}-{path.stat().st_size}",
+        has_inception_score=True,
+        both=both,
+        info={
+            "network": "torch-fidelity InceptionV3 (TF 2015-12-05 weights)",
+            "layer": "2048-d pool",
+            "weights": str(path),
+            "input": "uint8 0..255, resized inside the network to 299x299",
+        },
     )
 
 
@@ -150,8 +166,12 @@ def _classifier_space(name: str, dataset: str, *, seed: int) -> FeatureSpace:
             return self.net(images)[0]
 
     return FeatureSpace(
-        name=name, dim=FEATURE_DIM, module=_Features().eval(), fidelity_name=name,
-        fidelity_weights=str(trained.path), cache_key=f"{name}-seed{seed}-{trained.path.stem}",
+        name=name,
+        dim=FEATURE_DIM,
+        module=_Features().eval(),
+        fidelity_name=name,
+        fidelity_weights=str(trained.path),
+        cache_key=f"{name}-seed{seed}-{trained.path.stem}",
         info={"classifier": trained.describe(), "input": "uint8 0..255, channels averaged, scaled to [0, 1]"},
     )
 
@@ -177,7 +197,7 @@ def default_features(reference_name: str) -> str:
     return {"digits": "digits-classifier", "mnist5k": "mnist-classifier"}.get(base, "inception")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def register_with_torch_fidelity() -> None:
     """Register the classifier extractors in torch-fidelity's registry (once; not at import)."""
     from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
@@ -190,14 +210,15 @@ def register_with_torch_fidelity() -> None:
             register_feature_extractor(name, cls)
 
 
-def extract(space: FeatureSpace, images: torch.Tensor, *, batch_size: int = 256,
-            with_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def extract(
+    space: FeatureSpace, images: torch.Tensor, *, batch_size: int = 256, with_logits: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Features (N, D) float64 (and logits (N, K) when ``with_logits``) of uint8 images, in batches."""
     images = as_rgb(images)
     feats, logits = [], []
     with torch.no_grad():
         for start in range(0, len(images), batch_size):
-            chunk = images[start:start + batch_size]
+            chunk = images[start : start + batch_size]
             if with_logits:
                 f, lg = space.both(chunk)
                 logits.append(lg.to(torch.float64))
@@ -205,5 +226,3 @@ def extract(space: FeatureSpace, images: torch.Tensor, *, batch_size: int = 256,
                 f = space.module(chunk)
             feats.append(f.to(torch.float64))
     return torch.cat(feats), (torch.cat(logits) if with_logits else None)
-
-

@@ -46,10 +46,11 @@ class GaussianStats:
         return Path(path)
 
     @classmethod
-    def load(cls, path: Path) -> "GaussianStats":
+    def load(cls, path: Path) -> GaussianStats:
         with np.load(Path(path)) as data:
-            return cls(mean=data["mean"].astype(np.float64), cov=data["cov"].astype(np.float64),
-                       count=int(data["count"]))
+            return cls(
+                mean=data["mean"].astype(np.float64), cov=data["cov"].astype(np.float64), count=int(data["count"])
+            )
 
 
 class FeatureStats(Accumulator):
@@ -79,8 +80,10 @@ class FeatureStats(Accumulator):
     def compute(self) -> GaussianStats:
         n = int(self.count)
         if n < 2:
-            raise PrimebenchError(f"a covariance needs at least 2 feature rows, got {n}",
-                                  fix="use more samples (FID needs many more than the feature dimension to be stable)")
+            raise PrimebenchError(
+                f"a covariance needs at least 2 feature rows, got {n}",
+                fix="use more samples (FID needs many more than the feature dimension to be stable)",
+            )
         mean = self._sum / n
         cov = (self._outer - n * torch.outer(mean, mean)) / (n - 1)
         cov = 0.5 * (cov + cov.T)  # exactly symmetric
@@ -109,8 +112,10 @@ def frechet_distance(a: GaussianStats, b: GaussianStats) -> float:
     intermediate as with ``scipy.linalg.sqrtm`` of the non-symmetric product.
     """
     if a.dim != b.dim:
-        raise PrimebenchError(f"feature dimensions differ: {a.dim} vs {b.dim}",
-                              fix="compare statistics computed with the same feature extractor")
+        raise PrimebenchError(
+            f"feature dimensions differ: {a.dim} vs {b.dim}",
+            fix="compare statistics computed with the same feature extractor",
+        )
     mu_a, mu_b = np.asarray(a.mean, np.float64), np.asarray(b.mean, np.float64)
     s_a, s_b = np.asarray(a.cov, np.float64), np.asarray(b.cov, np.float64)
     root_a = _sym_sqrt(s_a)
@@ -128,11 +133,12 @@ def inception_score(logits: torch.Tensor, *, splits: int = 10) -> tuple[float, f
     logits = torch.as_tensor(logits).to(torch.float64)
     n = logits.shape[0]
     if n < splits:
-        raise PrimebenchError(f"Inception Score with {splits} splits needs >= {splits} samples, got {n}",
-                              fix="draw more samples")
+        raise PrimebenchError(
+            f"Inception Score with {splits} splits needs >= {splits} samples, got {n}", fix="draw more samples"
+        )
     scores = []
     for i in range(splits):
-        log_p = torch.log_softmax(logits[i * n // splits:(i + 1) * n // splits], dim=1)  # (n_i, K)
+        log_p = torch.log_softmax(logits[i * n // splits : (i + 1) * n // splits], dim=1)  # (n_i, K)
         log_q = torch.logsumexp(log_p, dim=0) - np.log(log_p.shape[0])  # log marginal p(y)
         kl = (log_p.exp() * (log_p - log_q)).sum(dim=1).mean()
         scores.append(float(kl.exp()))

@@ -39,7 +39,7 @@ def feature_stats(space: FeatureSpace, images: torch.Tensor, *, batch_size: int 
     """Gaussian statistics of ``space`` features of uint8 images, accumulated batch by batch."""
     acc = FeatureStats(space.dim)
     for start in range(0, len(images), batch_size):
-        features, _ = extract(space, images[start:start + batch_size], batch_size=batch_size)
+        features, _ = extract(space, images[start : start + batch_size], batch_size=batch_size)
         acc.update(features)
     return acc.compute()
 

@@ -90,8 +90,9 @@ def run_zeroshot(
     ``carry_over`` overrides Prime's carry-over (None: as trained) and ``ema`` picks the EMA or raw
     weights; both are recorded. Every row starts with the tokenizer's BOS, given as context and never
     scored (what ``eval ppl --ignore-bos`` does for a whole row)."""
-    import lm_eval
     from importlib import metadata
+
+    import lm_eval
 
     from harness.errors import PrimebenchError
     from harness.evaluation import load_for_evaluation
@@ -104,17 +105,33 @@ def run_zeroshot(
     t0 = time.time()
     names = parse_tasks(tasks)
     _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
-    lm = PrimebenchLM(model, tokenizer, mc_samples=mc_samples, batch_size=batch_size, seed=seed,
-                      time_sampler=time_sampler, sampler=sampler, steps=steps, draw=draw)
+    lm = PrimebenchLM(
+        model,
+        tokenizer,
+        mc_samples=mc_samples,
+        batch_size=batch_size,
+        seed=seed,
+        time_sampler=time_sampler,
+        sampler=sampler,
+        steps=steps,
+        draw=draw,
+    )
     loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
     output_types = {}
     for spec in loaded["specs"]:
-        for task in (spec.get_all_tasks() if hasattr(spec, "get_all_tasks") else [spec]):
+        for task in spec.get_all_tasks() if hasattr(spec, "get_all_tasks") else [spec]:
             output_types[task.task_name] = task.get_config("output_type")
     results = lm_eval.simple_evaluate(
-        model=lm, tasks=loaded["specs"], task_manager=loaded["manager"], limit=limit,
-        bootstrap_iters=bootstrap_iters, log_samples=False, random_seed=seed, numpy_random_seed=seed,
-        torch_random_seed=seed, fewshot_random_seed=seed,
+        model=lm,
+        tasks=loaded["specs"],
+        task_manager=loaded["manager"],
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        log_samples=False,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
     )
     metrics = metrics_from_results(results, kind=lm.kind, output_types=output_types)
     protocol = {
@@ -139,11 +156,21 @@ def run_zeroshot(
         **model.protocol(),
     }
     if lm.stats.requests["generate_until"]:
-        protocol["generation"] = {"sampler": sampler or "family default", "steps": steps or "max_gen_toks",
-                                  "temperature": lm.temperature, "dtype": lm.dtype, "draw": lm.draw}
+        protocol["generation"] = {
+            "sampler": sampler or "family default",
+            "steps": steps or "max_gen_toks",
+            "temperature": lm.temperature,
+            "dtype": lm.dtype,
+            "draw": lm.draw,
+        }
     return make_record(
-        "zeroshot", model=model_block(Path(checkpoint), cfg), metrics=metrics, protocol=protocol,
-        seed=seed, device=device, wall_s=time.time() - t0,
+        "zeroshot",
+        model=model_block(Path(checkpoint), cfg),
+        metrics=metrics,
+        protocol=protocol,
+        seed=seed,
+        device=device,
+        wall_s=time.time() - t0,
     )
 
 

@@ -37,7 +37,14 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from harness.diffusion import TIME_SAMPLERS
 from harness.errors import PrimebenchError
 from harness.lmeval.requests import (
-    DEFAULT_MAX_GEN_TOKS, AdapterStats, Item, Score, canvas_view, cut_at_stops, describe_request, seed_of,
+    DEFAULT_MAX_GEN_TOKS,
+    AdapterStats,
+    Item,
+    Score,
+    canvas_view,
+    cut_at_stops,
+    describe_request,
+    seed_of,
     split_context,
 )
 
@@ -70,12 +77,16 @@ class PrimebenchLM(LM):
     ):
         super().__init__()
         if tokenizer is None:
-            raise PrimebenchError("the lm-eval adapter needs the model's tokenizer",
-                                  fix="load the checkpoint with its tokenizer folder, or pass the tokenizer")
+            raise PrimebenchError(
+                "the lm-eval adapter needs the model's tokenizer",
+                fix="load the checkpoint with its tokenizer folder, or pass the tokenizer",
+            )
         if tokenizer.vocab_size != model.vocab_size:
             raise PrimebenchError(
-                f"tokenizer {tokenizer.spec!r} has {tokenizer.vocab_size} ids but the model predicts {model.vocab_size}",
-                fix="pass the tokenizer the model was trained with")
+                f"tokenizer {tokenizer.spec!r} has {tokenizer.vocab_size} ids but the model predicts "
+                f"{model.vocab_size}",
+                fix="pass the tokenizer the model was trained with",
+            )
         for name, value in (("mc_samples", mc_samples), ("batch_size", batch_size), ("max_gen_toks", max_gen_toks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PrimebenchError(f"{name} must be a positive integer, got {value!r}")
@@ -88,10 +99,14 @@ class PrimebenchLM(LM):
         time_conditioned = bool(model.time_conditioning)
         self.time_sampler = (time_sampler or ("t" if time_conditioned else "n")) if model.uses_time_sampler else None
         if self.time_sampler not in (None, *TIME_SAMPLERS):
-            raise PrimebenchError(f"unknown time sampler {time_sampler!r}", fix="use 'n' (mask count) or 't' (MDLM time)")
+            raise PrimebenchError(
+                f"unknown time sampler {time_sampler!r}", fix="use 'n' (mask count) or 't' (MDLM time)"
+            )
         if self.time_sampler == "n" and time_conditioned:
-            raise PrimebenchError("the mask-count estimator needs a time-independent network; this one is time-conditioned",
-                                  fix="use time_sampler='t'")
+            raise PrimebenchError(
+                "the mask-count estimator needs a time-independent network; this one is time-conditioned",
+                fix="use time_sampler='t'",
+            )
         self.sampler = sampler
         self.steps = steps
         self.temperature = temperature
@@ -120,12 +135,15 @@ class PrimebenchLM(LM):
         """The estimator, in words and settings, for the record's protocol."""
         est = self.model.estimator()
         if not self.model.uses_time_sampler:
-            return {"kind": est.kind, "estimator": f"{est.description}: the continuation tokens given BOS and the context",
-                    "mc_samples": None}
+            return {
+                "kind": est.kind,
+                "estimator": f"{est.description}: the continuation tokens given BOS and the context",
+                "mc_samples": None,
+            }
         return {
             "kind": est.kind,
             "estimator": f"{est.description}; {TIME_SAMPLERS[self.time_sampler]}; context never masked; "
-                         "K samples stratified over K",
+            "K samples stratified over K",
             **self.model.protocol(),
             "time_sampler": self.time_sampler,
             "mc_samples": self.mc_samples,
@@ -171,18 +189,21 @@ class PrimebenchLM(LM):
         ctx = self.tokenizer.encode(context) if context else []
         cont = self.tokenizer.encode(continuation)
         if not cont:
-            raise PrimebenchError(f"{where}: the continuation {continuation!r} encodes to no tokens",
-                                  fix="the task must give a non-empty target")
+            raise PrimebenchError(
+                f"{where}: the continuation {continuation!r} encodes to no tokens",
+                fix="the task must give a non-empty target",
+            )
         room = self.capacity - 1 - len(cont)  # BOS always leads the row
         if room < 0:
             raise PrimebenchError(
                 f"{where}: the continuation has {len(cont)} tokens but a {self.family} row of seq_len "
                 f"{self.model.seq_len} holds at most {self.capacity - 1} after BOS (context had {len(ctx)} tokens)",
-                fix="evaluate with a model of longer seq_len, or a task with shorter targets")
+                fix="evaluate with a model of longer seq_len, or a task with shorter targets",
+            )
         if len(ctx) > room:
             self.stats.truncated_requests += 1
             self.stats.truncated_tokens += len(ctx) - room
-            ctx = ctx[len(ctx) - room:]
+            ctx = ctx[len(ctx) - room :]
         return Item(tokens=(self.tokenizer.bos_id, *ctx, *cont), n_cont=len(cont))
 
     def rolling_items(self, tokens: list[int]) -> list[Item]:
@@ -194,8 +215,10 @@ class PrimebenchLM(LM):
             pairs = get_rolling_token_windows(tokens, prefix_token=self.tokenizer.bos_id, max_seq_len=L, context_len=1)
             return [Item(tokens=(*ctx, *cont), n_cont=len(cont)) for ctx, cont in map(make_disjoint_window, pairs)]
         chunk = L - 1
-        return [Item(tokens=(self.tokenizer.bos_id, *tokens[s:s + chunk]), n_cont=len(tokens[s:s + chunk]))
-                for s in range(0, len(tokens), chunk)]
+        return [
+            Item(tokens=(self.tokenizer.bos_id, *tokens[s : s + chunk]), n_cont=len(tokens[s : s + chunk]))
+            for s in range(0, len(tokens), chunk)
+        ]
 
     # -- scoring: batching only; the number is the family's ``score`` ---------------------------
     @torch.no_grad()
@@ -212,7 +235,7 @@ class PrimebenchLM(LM):
         order = sorted(range(len(items)), key=lambda i: -len(items[i].tokens))  # less padding per batch
         out: list[Score | None] = [None] * len(items)
         for start in range(0, len(order), self.batch_size):
-            index = order[start:start + self.batch_size]
+            index = order[start : start + self.batch_size]
             batch = [items[i] for i in index]
             T = max(len(it.tokens) for it in batch)
             x = torch.full((len(batch), T), self.tokenizer.pad_id, dtype=torch.long)
@@ -221,16 +244,25 @@ class PrimebenchLM(LM):
             for r, it in enumerate(batch):
                 n = len(it.tokens)
                 x[r, :n], attn[r, :n] = torch.tensor(it.tokens), 1
-                cont[r, n - it.n_cont:n] = True
+                cont[r, n - it.n_cont : n] = True
             gens = [torch.Generator().manual_seed(seed_of(self.seed, it.tokens, it.n_cont, "mc")) for it in batch]
-            nll, hits = m.score(x.to(dev), corruptible=cont.to(dev), attention_mask=attn.to(dev), greedy=greedy,
-                                num_samples=K, generator=gens, time_sampler=self.time_sampler)
+            nll, hits = m.score(
+                x.to(dev),
+                corruptible=cont.to(dev),
+                attention_mask=attn.to(dev),
+                greedy=greedy,
+                num_samples=K,
+                generator=gens,
+                time_sampler=self.time_sampler,
+            )
             self.stats.forward_rows += len(batch) * (K + int(greedy and m.uses_time_sampler))
             nats, stderr = nll.nats.cpu(), nll.stderr.cpu()
             if not bool(torch.isfinite(nats).all()):
                 bad = int((~torch.isfinite(nats)).nonzero()[0])
-                raise PrimebenchError(f"the bound of request {index[bad]} is not finite ({float(nats[bad])})",
-                                      fix="the model assigns zero probability to a continuation token; check the checkpoint")
+                raise PrimebenchError(
+                    f"the bound of request {index[bad]} is not finite ({float(nats[bad])})",
+                    fix="the model assigns zero probability to a continuation token; check the checkpoint",
+                )
             for r, i in enumerate(index):
                 out[i] = Score(float(nats[r]), float(stderr[r]), None if hits is None else bool(hits[r]))
         return out  # type: ignore[return-value]
@@ -247,25 +279,35 @@ class PrimebenchLM(LM):
         L = self.model.seq_len
         where = describe_request(index, request)
         if G < 1 or 1 + G > L:
-            raise PrimebenchError(f"{where}: max_gen_toks={G} does not fit after BOS in a row of seq_len {L}",
-                                  fix=f"use max_gen_toks <= {L - 1} (gen_kwargs) or a model with a longer seq_len")
+            raise PrimebenchError(
+                f"{where}: max_gen_toks={G} does not fit after BOS in a row of seq_len {L}",
+                fix=f"use max_gen_toks <= {L - 1} (gen_kwargs) or a model with a longer seq_len",
+            )
         ctx = self.tokenizer.encode(context) if context else []
         room = L - 1 - G
         if len(ctx) > room:
             self.stats.truncated_requests += 1
             self.stats.truncated_tokens += len(ctx) - room
-            ctx = ctx[len(ctx) - room:]
+            ctx = ctx[len(ctx) - room :]
         prefix = torch.tensor([[self.tokenizer.bos_id, *ctx]], dtype=torch.long)
         P = prefix.shape[1]
         name = self.sampler or sampler_for(self.model)
         steps = (self.steps or G) if SAMPLERS.get(name).uses_steps else None
         seed = seed_of(self.seed, tuple(prefix[0].tolist()), G, "generate")
         out = generate(
-            canvas_view(self.model, P + G), name, num_samples=1, batch_size=1, steps=steps,
-            temperature=self.temperature, nucleus_p=self.nucleus_p, dtype=self.dtype,
-            generator=torch.Generator(device=self.model.device).manual_seed(seed), prefix=prefix, draw=self.draw,
+            canvas_view(self.model, P + G),
+            name,
+            num_samples=1,
+            batch_size=1,
+            steps=steps,
+            temperature=self.temperature,
+            nucleus_p=self.nucleus_p,
+            dtype=self.dtype,
+            generator=torch.Generator(device=self.model.device).manual_seed(seed),
+            prefix=prefix,
+            draw=self.draw,
         )
-        new = out.tokens[0, P:P + G].tolist()
+        new = out.tokens[0, P : P + G].tolist()
         if self.tokenizer.eos_id in new:
             new = new[: new.index(self.tokenizer.eos_id)]
         self.stats.generated_tokens += len(new)

@@ -96,5 +96,15 @@ def describe_request(index: int, request) -> str:
     return f"request {index}" + (f" (task {task!r}, doc {doc})" if task is not None else "")
 
 
-__all__ = ["AdapterStats", "DEFAULT_MAX_GEN_TOKS", "Item", "REQUEST_TYPES", "Score", "canvas_view", "cut_at_stops",
-           "describe_request", "seed_of", "split_context"]
+__all__ = [
+    "AdapterStats",
+    "DEFAULT_MAX_GEN_TOKS",
+    "Item",
+    "REQUEST_TYPES",
+    "Score",
+    "canvas_view",
+    "cut_at_stops",
+    "describe_request",
+    "seed_of",
+    "split_context",
+]

@@ -58,12 +58,22 @@ class LocalTask:
     config: dict[str, Any]
 
     def protocol(self) -> dict[str, Any]:
-        return {"source": SOURCE, "path": str(self.path), "sha256": self.sha256, "documents": self.documents,
-                "version": TASKS_VERSION}
+        return {
+            "source": SOURCE,
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "documents": self.documents,
+            "version": TASKS_VERSION,
+        }
 
 
-def lastword_passages(articles: list[str], *, per_article: int = LASTWORD_PER_ARTICLE,
-                      min_words: int = LASTWORD_MIN_WORDS, max_words: int = LASTWORD_MAX_WORDS) -> list[dict[str, Any]]:
+def lastword_passages(
+    articles: list[str],
+    *,
+    per_article: int = LASTWORD_PER_ARTICLE,
+    min_words: int = LASTWORD_MIN_WORDS,
+    max_words: int = LASTWORD_MAX_WORDS,
+) -> list[dict[str, Any]]:
     """Deterministic last-word passages of ``articles`` (see the module docstring)."""
     out: list[dict[str, Any]] = []
     for a, article in enumerate(articles):
@@ -103,8 +113,15 @@ def _dataset_kwargs(path: Path) -> dict[str, Any]:
     return {"data_files": {"test": str(path)}, "cache_dir": str(cache_dir("lmeval", "hf-datasets"))}
 
 
-def _local_task(name: str, path: Path, *, output_type: str, doc_to_text: str, doc_to_target: str,
-                metrics: list[tuple[str, str, bool]]) -> dict[str, Any]:
+def _local_task(
+    name: str,
+    path: Path,
+    *,
+    output_type: str,
+    doc_to_text: str,
+    doc_to_target: str,
+    metrics: list[tuple[str, str, bool]],
+) -> dict[str, Any]:
     """An lm-eval task config over a local JSONL file (absolute path), no hub access.
 
     ``metrics``: (metric, aggregation, higher_is_better) triples.
@@ -124,17 +141,30 @@ def _local_task(name: str, path: Path, *, output_type: str, doc_to_text: str, do
 
 def rolling_config(name: str, path: Path) -> dict[str, Any]:
     """lm-eval config of a rolling-perplexity task over a JSONL file with a ``text`` field per line."""
-    return _local_task(name, path, output_type="loglikelihood_rolling", doc_to_text="", doc_to_target="text", metrics=[
-        ("word_perplexity", "weighted_perplexity", False),
-        ("byte_perplexity", "weighted_perplexity", False),
-        ("bits_per_byte", "bits_per_byte", False),
-    ])
+    return _local_task(
+        name,
+        path,
+        output_type="loglikelihood_rolling",
+        doc_to_text="",
+        doc_to_target="text",
+        metrics=[
+            ("word_perplexity", "weighted_perplexity", False),
+            ("byte_perplexity", "weighted_perplexity", False),
+            ("bits_per_byte", "bits_per_byte", False),
+        ],
+    )
 
 
 def lastword_config(name: str, path: Path) -> dict[str, Any]:
     """lm-eval config of a last-word task over a JSONL file with ``context`` and ``target`` fields."""
-    return _local_task(name, path, output_type="loglikelihood", doc_to_text="context", doc_to_target="target",
-                       metrics=[("perplexity", "perplexity", False), ("acc", "mean", True)])
+    return _local_task(
+        name,
+        path,
+        output_type="loglikelihood",
+        doc_to_text="context",
+        doc_to_target="target",
+        metrics=[("perplexity", "perplexity", False), ("acc", "mean", True)],
+    )
 
 
 def local_task(name: str) -> LocalTask:
@@ -186,27 +216,35 @@ def load_tasks(names: list[str]) -> tuple[dict[str, Any], dict[str, LocalTask]]:
     switched_off = hf_offline()
     why = None
     if remote and (switched_off or not hub_reachable()):
-        why = ("switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)" if switched_off
-               else f"unreachable: {hub_unreachable_reason()}")
+        why = (
+            "switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)"
+            if switched_off
+            else f"unreachable: {hub_unreachable_reason()}"
+        )
     fix = f"use the local tasks ({', '.join(LOCAL_TASKS)}), or connect to the network" + (
-        " and unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE" if switched_off else "")
+        " and unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE" if switched_off else ""
+    )
     if why and not hf_cache_holds_datasets():  # nothing could load: say so before lm-eval indexes its tasks
         for name in remote:
             close = difflib.get_close_matches(name, LOCAL_TASKS, n=1, cutoff=0.6)
             if close:
-                raise PrimebenchError(f"unknown task {name!r}", fix=f"did you mean {close[0]!r}? local tasks: "
-                                                                    f"{', '.join(LOCAL_TASKS)}")
+                raise PrimebenchError(
+                    f"unknown task {name!r}", fix=f"did you mean {close[0]!r}? local tasks: {', '.join(LOCAL_TASKS)}"
+                )
         several = len(remote) > 1
         raise OfflineError(
             f"task{'s' if several else ''} {', '.join(repr(n) for n in remote)} {'are' if several else 'is'} not "
             f"local: lm-eval's tasks read their datasets from the Hugging Face Hub, which is {why}, and the Hugging "
-            "Face cache holds no dataset", fix=fix)
+            "Face cache holds no dataset",
+            fix=fix,
+        )
     with offline_mode() if why else contextlib.nullcontext():  # cached datasets load; the rest fail at once
         return _load_tasks(names, remote, offline_why=why, offline_fix=fix)
 
 
-def _load_tasks(names: list[str], remote: list[str], *, offline_why: str | None,
-                offline_fix: str) -> tuple[dict[str, Any], dict[str, LocalTask]]:
+def _load_tasks(
+    names: list[str], remote: list[str], *, offline_why: str | None, offline_fix: str
+) -> tuple[dict[str, Any], dict[str, LocalTask]]:
     from lm_eval.tasks import TaskManager
 
     from harness.offline import is_network_error
@@ -219,8 +257,10 @@ def _load_tasks(names: list[str], remote: list[str], *, offline_why: str | None,
             if name not in known:
                 close = difflib.get_close_matches(name, [*LOCAL_TASKS, *known], n=3, cutoff=0.6)
                 hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-                raise PrimebenchError(f"unknown task {name!r}",
-                                      fix=f"{hint}local tasks: {', '.join(LOCAL_TASKS)}; or any lm-eval task name")
+                raise PrimebenchError(
+                    f"unknown task {name!r}",
+                    fix=f"{hint}local tasks: {', '.join(LOCAL_TASKS)}; or any lm-eval task name",
+                )
     specs: list[Any] = []
     for name in names:
         spec = local[name].config if name in local else name
@@ -230,16 +270,31 @@ def _load_tasks(names: list[str], remote: list[str], *, offline_why: str | None,
             if name in local:
                 raise
             if offline_why or is_network_error(exc):
-                where = (f"the Hugging Face Hub, which is {offline_why}, and it is not in the Hugging Face cache"
-                         if offline_why else "the Hugging Face Hub, which cannot be reached")
-                raise OfflineError(f"task {name!r} reads its dataset from {where} "
-                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
-                                   fix=offline_fix) from exc
-            raise PrimebenchError(f"lm-eval could not load task {name!r}: {type(exc).__name__}: {exc}",
-                                  fix="check the task name and its dataset") from exc
+                where = (
+                    f"the Hugging Face Hub, which is {offline_why}, and it is not in the Hugging Face cache"
+                    if offline_why
+                    else "the Hugging Face Hub, which cannot be reached"
+                )
+                raise OfflineError(
+                    f"task {name!r} reads its dataset from {where} "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                    fix=offline_fix,
+                ) from exc
+            raise PrimebenchError(
+                f"lm-eval could not load task {name!r}: {type(exc).__name__}: {exc}",
+                fix="check the task name and its dataset",
+            ) from exc
         specs.extend([*loaded["groups"].values()] if loaded["groups"] else [*loaded["tasks"].values()])
     return {"specs": specs, "manager": manager}, local
 
 
-__all__ = ["LOCAL_TASKS", "LocalTask", "lastword_passages", "load_tasks", "local_task", "parse_tasks",
-           "rolling_config", "lastword_config"]
+__all__ = [
+    "LOCAL_TASKS",
+    "LocalTask",
+    "lastword_passages",
+    "load_tasks",
+    "local_task",
+    "parse_tasks",
+    "rolling_config",
+    "lastword_config",
+]

@@ -68,7 +68,7 @@ class Accumulator:
         for name in self._sum_states():
             shape = self._defaults[name].shape
             size = self._defaults[name].numel()
-            setattr(self, name, flat[offset:offset + size].reshape(shape).clone())
+            setattr(self, name, flat[offset : offset + size].reshape(shape).clone())
             offset += size
         if offset != flat.numel():
             raise ValueError(f"state vector has {flat.numel()} entries, this metric has {offset}")

@@ -19,8 +19,8 @@ and reports the mean and its standard error.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import torch
 
@@ -37,21 +37,25 @@ def _log_base(base) -> float:
 
 
 def units_of(base) -> str:
-    """"nats" for base e, "bits" for base 2."""
+    """ "nats" for base e, "bits" for base 2."""
     return "nats" if _log_base(base) == 1.0 else "bits"
 
 
 def _as_ids(ids) -> torch.Tensor:
     t = torch.as_tensor(ids)
     if t.dim() != 1:
-        raise PrimebenchError(f"unigram_entropy takes one sample of shape (L,), got shape {tuple(t.shape)}",
-                              fix="pass one row, or use MeanEntropy.update for a batch (B, L)")
+        raise PrimebenchError(
+            f"unigram_entropy takes one sample of shape (L,), got shape {tuple(t.shape)}",
+            fix="pass one row, or use MeanEntropy.update for a batch (B, L)",
+        )
     if t.numel() and (t.is_floating_point() or t.is_complex()):
         raise PrimebenchError(f"token ids must be integers, got dtype {t.dtype}")
     return t.long()
 
 
-def unigram_entropy(ids: torch.Tensor | Sequence[int], *, base: str | int = "e", ignore_ids: Iterable[int] = ()) -> float:
+def unigram_entropy(
+    ids: torch.Tensor | Sequence[int], *, base: str | int = "e", ignore_ids: Iterable[int] = ()
+) -> float:
     """Entropy of one sample's token-occurrence frequencies, in nats (base "e") or bits (base 2).
 
     ``ids``: LongTensor (L,) or list of token ids (the model's vocabulary). Ids in ``ignore_ids``
@@ -63,8 +67,10 @@ def unigram_entropy(ids: torch.Tensor | Sequence[int], *, base: str | int = "e",
     if ignore.numel():
         t = t[~torch.isin(t, ignore)]
     if t.numel() == 0:
-        raise PrimebenchError("unigram_entropy got a sample with no tokens (after ignore_ids)",
-                              fix="check the samples and the ignored ids")
+        raise PrimebenchError(
+            "unigram_entropy got a sample with no tokens (after ignore_ids)",
+            fix="check the samples and the ignored ids",
+        )
     counts = torch.unique(t, return_counts=True)[1].to(torch.float64)
     p = counts / counts.sum()
     return float(-(p * torch.log(p)).sum() / scale)
@@ -102,8 +108,9 @@ class MeanEntropy(Accumulator):
     def update(self, tokens) -> None:
         if isinstance(tokens, torch.Tensor) and tokens.dim() != 2:
             raise PrimebenchError(f"MeanEntropy.update takes samples (B, L), got shape {tuple(tokens.shape)}")
-        values = torch.tensor([unigram_entropy(r, base=self.base, ignore_ids=self.ignore_ids) for r in tokens],
-                              dtype=torch.float64)
+        values = torch.tensor(
+            [unigram_entropy(r, base=self.base, ignore_ids=self.ignore_ids) for r in tokens], dtype=torch.float64
+        )
         self.count += float(values.numel())
         self.total += values.sum()
         self.total_sq += (values * values).sum()

@@ -81,14 +81,20 @@ class GenPPL(Accumulator):
         else:
             se = float("nan")
         return GenPPLResult(
-            gen_ppl=math.exp(ratio), stderr=math.exp(ratio) * se, nll=ratio, targets=int(n.sum()), samples=N,
+            gen_ppl=math.exp(ratio),
+            stderr=math.exp(ratio) * se,
+            nll=ratio,
+            targets=int(n.sum()),
+            samples=N,
             truncated=self.truncated,
         )
 
 
 def separator_ids(tokenizer) -> list[int]:
     """The model's separator ids (its BOS and EOS; GPT-2 uses one id for both)."""
-    return sorted({i for i in (getattr(tokenizer, "bos_id", None), getattr(tokenizer, "eos_id", None)) if i is not None})
+    return sorted(
+        {i for i in (getattr(tokenizer, "bos_id", None), getattr(tokenizer, "eos_id", None)) if i is not None}
+    )
 
 
 def to_judge_ids(tokens: list[int], tokenizer, judge) -> list[int]:
@@ -154,10 +160,11 @@ def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: i
             if not bool(torch.isfinite(nats).all()):  # the samples are ids: a NaN here is the judge's
                 from harness.errors import NumericalError
 
-                raise NumericalError(f"the judge {judge.spec!r} gave non-finite log-likelihoods to the samples "
-                                     "(its outputs are NaN or inf); no Gen PPL can be computed",
-                                     fix="pass a judge whose weights and outputs are finite (--judge smollm2, or "
-                                         "re-download the judge)")
+                raise NumericalError(
+                    f"the judge {judge.spec!r} gave non-finite log-likelihoods to the samples "
+                    "(its outputs are NaN or inf); no Gen PPL can be computed",
+                    fix="pass a judge whose weights and outputs are finite (--judge smollm2, or re-download the judge)",
+                )
             sums += (nats * counted[:, w0 : w0 + piece.shape[1] - 1].double()).sum(-1)
         counts = torch.zeros(len(encoded), dtype=torch.float64)
         for w0 in range(0, T, window):

@@ -28,7 +28,7 @@ BIGRAM_DISCOUNT = 0.75
 SMOOTHING = {
     "unigram": "add-one (Laplace) over the C classes",
     "bigram": f"interpolated absolute discounting (d = {BIGRAM_DISCOUNT}) to the add-one unigram, within a row; "
-              "a row's first position and unseen contexts take the unigram",
+    "a row's first position and unseen contexts take the unigram",
 }
 #: the message and the margin of the "no better than a unigram model" flag (nats/token)
 NOT_LEARNED = "no better than a unigram model: it has not learned to use context"
@@ -87,8 +87,9 @@ def bigram_log_probs(counts: NgramCounts, prev: torch.Tensor, x: torch.Tensor) -
     return torch.log(p)
 
 
-def reference_nlls(counts: NgramCounts, ids: torch.Tensor, scored: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> dict[str, float]:
+def reference_nlls(
+    counts: NgramCounts, ids: torch.Tensor, scored: torch.Tensor, mask: torch.Tensor | None = None
+) -> dict[str, float]:
     """Mean nats per scored token of both references on ``ids`` (N, L) at the ``scored`` (N, L)
     positions; a position's bigram context is the previous real token of its row."""
     ids = ids.long()
@@ -100,19 +101,25 @@ def reference_nlls(counts: NgramCounts, ids: torch.Tensor, scored: torch.Tensor,
     if tokens == 0:
         raise ValueError("no scored tokens")
     x = ids[scored]
-    return {"unigram": float(-unigram_log_probs(counts, x).sum() / tokens),
-            "bigram": float(-bigram_log_probs(counts, prev[scored], x).sum() / tokens),
-            "tokens": tokens}
+    return {
+        "unigram": float(-unigram_log_probs(counts, x).sum() / tokens),
+        "bigram": float(-bigram_log_probs(counts, prev[scored], x).sum() / tokens),
+        "tokens": tokens,
+    }
 
 
 def references_block(counts: NgramCounts, ids, scored, mask, *, fit_on: str, note: str | None = None) -> dict:
     """The record's ``references``: each reference as an exact metric (nats/token and perplexity),
     the tokens scored, the split it was fitted on with its token count, and the smoothing."""
     values = reference_nlls(counts, ids, scored, mask)
-    out = {name: {"nll": {"value": values[name], "stderr": 0.0, "kind": "exact", "units": "nats/token"},
-                  "ppl": {"value": math.exp(values[name]), "stderr": 0.0, "kind": "exact", "units": "perplexity"},
-                  "smoothing": SMOOTHING[name]}
-           for name in ("unigram", "bigram")}
+    out = {
+        name: {
+            "nll": {"value": values[name], "stderr": 0.0, "kind": "exact", "units": "nats/token"},
+            "ppl": {"value": math.exp(values[name]), "stderr": 0.0, "kind": "exact", "units": "perplexity"},
+            "smoothing": SMOOTHING[name],
+        }
+        for name in ("unigram", "bigram")
+    }
     out.update(tokens_scored=values["tokens"], fit_on=fit_on, train_tokens=counts.tokens)
     if note:
         out["note"] = note
@@ -126,5 +133,15 @@ def no_better_than_unigram(nll: float, references: dict | None) -> bool:
     return nll >= references["unigram"]["nll"]["value"]
 
 
-__all__ = ["BIGRAM_DISCOUNT", "NOT_LEARNED", "NgramCounts", "SMOOTHING", "bigram_log_probs", "fit_counts",
-           "no_better_than_unigram", "reference_nlls", "references_block", "unigram_log_probs"]
+__all__ = [
+    "BIGRAM_DISCOUNT",
+    "NOT_LEARNED",
+    "NgramCounts",
+    "SMOOTHING",
+    "bigram_log_probs",
+    "fit_counts",
+    "no_better_than_unigram",
+    "reference_nlls",
+    "references_block",
+    "unigram_log_probs",
+]

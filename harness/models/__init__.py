@@ -76,5 +76,16 @@ def label_of(model_cfg: ModelConfig) -> str:
     return family_class(model_cfg.family).label(model_cfg)
 
 
-__all__ = ["MODELS", "Estimator", "ModelConfig", "ModelFamily", "build_model", "estimator_names", "families_offering",
-           "family_class", "family_names", "label_of", "model_from_config"]
+__all__ = [
+    "MODELS",
+    "Estimator",
+    "ModelConfig",
+    "ModelFamily",
+    "build_model",
+    "estimator_names",
+    "families_offering",
+    "family_class",
+    "family_names",
+    "label_of",
+    "model_from_config",
+]

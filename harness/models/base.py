@@ -53,9 +53,15 @@ class ModelConfig:
         """Checks across this family's keys; raise :class:`harness.errors.ConfigError`."""
 
     def backbone_keys(self) -> dict[str, Any]:
-        return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                    mlp_ratio=self.mlp_ratio, dropout=self.dropout, mixer_width=self.mixer_width,
-                    mixer_placement=self.mixer_placement)
+        return dict(
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            mlp_ratio=self.mlp_ratio,
+            dropout=self.dropout,
+            mixer_width=self.mixer_width,
+            mixer_placement=self.mixer_placement,
+        )
 
 
 @dataclass(frozen=True)
@@ -151,8 +157,10 @@ class ModelFamily(nn.Module):
         """Override carry-over at evaluation (families with sub-tokens); others refuse."""
         from harness.errors import PrimebenchError
 
-        raise PrimebenchError(f"--carry-over/--no-carry-over applies to Prime checkpoints; this is a {self.family!r} model",
-                              fix="drop the flag")
+        raise PrimebenchError(
+            f"--carry-over/--no-carry-over applies to Prime checkpoints; this is a {self.family!r} model",
+            fix="drop the flag",
+        )
 
     @classmethod
     def label(cls, cfg: ModelConfig) -> str:
@@ -187,7 +195,9 @@ class ModelFamily(nn.Module):
         return self.scored_tokens(x0, attention_mask, corruptible)
 
     # -- the interface -----------------------------------------------------------------------
-    def forward(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
+    def forward(
+        self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None
+    ) -> torch.Tensor:
         """The training loss, so that DistributedDataParallel's forward hooks see it."""
         return self.loss(x0, generator=generator, attention_mask=attention_mask)
 
@@ -217,11 +227,20 @@ class ModelFamily(nn.Module):
         """(B,) bool: the one-pass argmax reproduces every ``corruptible`` token (lm-eval's is_greedy)."""
         raise NotImplementedError
 
-    def score(self, x0: torch.Tensor, *, corruptible: torch.Tensor, attention_mask=None, greedy: bool = False,
-              **nll_kwargs: Any) -> tuple[NLL, torch.Tensor | None]:
+    def score(
+        self,
+        x0: torch.Tensor,
+        *,
+        corruptible: torch.Tensor,
+        attention_mask=None,
+        greedy: bool = False,
+        **nll_kwargs: Any,
+    ) -> tuple[NLL, torch.Tensor | None]:
         """``nll`` of the corruptible tokens and, if ``greedy``, :meth:`greedy_matches` (lm-eval's pair)."""
         out = self.nll(x0, attention_mask=attention_mask, corruptible=corruptible, **nll_kwargs)
-        return out, (self.greedy_matches(x0, attention_mask=attention_mask, corruptible=corruptible) if greedy else None)
+        return out, (
+            self.greedy_matches(x0, attention_mask=attention_mask, corruptible=corruptible) if greedy else None
+        )
 
 
 def config_keys(cls: type[ModelConfig]) -> list[str]:

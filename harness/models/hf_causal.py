@@ -31,14 +31,15 @@ def is_hf_source(source) -> bool:
     return str(source).startswith(PREFIX)
 
 
-def parse_hf_source(source, *, label: str | None = None, folder_fix: str | None = None,
-                    offline_fix: str | None = None) -> tuple[str, str | None, Path | None]:
+def parse_hf_source(
+    source, *, label: str | None = None, folder_fix: str | None = None, offline_fix: str | None = None
+) -> tuple[str, str | None, Path | None]:
     """``hf:NAME_OR_PATH[#FILE.gguf]`` -> (name or path, GGUF file, local folder or None).
 
     Checked without loading anything: a folder needs ``config.json``; a path that does not exist is
     an error; a hub name needs the hub switched on and reachable (fails at once, no retries).
     ``label`` names the source in messages (``--judge x``); the fixes can be worded for the caller."""
-    body = str(source)[len(PREFIX):] if str(source).startswith(PREFIX) else str(source)
+    body = str(source)[len(PREFIX) :] if str(source).startswith(PREFIX) else str(source)
     if not body:
         raise PrimebenchError("'hf:' needs a model folder or hub name", fix="e.g. hf:/path/to/gpt2 or (online) hf:gpt2")
     label = label or f"hf:{body}"
@@ -50,20 +51,29 @@ def parse_hf_source(source, *, label: str | None = None, folder_fix: str | None 
             raise PrimebenchError(f"{label} is a folder but not a model (no config.json)", fix=folder_fix)
         return str(local), gguf or None, local
     if local.exists() or body.startswith((".", "/", "~")) or body.endswith((".gguf", ".safetensors", ".bin")):
-        raise PrimebenchError(f"{label}: {str(local)!r} is not a model folder"
-                              + ("" if local.exists() else " (it does not exist)"), fix=folder_fix)
+        raise PrimebenchError(
+            f"{label}: {str(local)!r} is not a model folder" + ("" if local.exists() else " (it does not exist)"),
+            fix=folder_fix,
+        )
     from harness.offline import hf_offline, hub_reachable
 
     if hf_offline("transformers") or not hub_reachable():
-        raise OfflineError(f"{label} is not a local folder and the Hugging Face hub is "
-                           + ("switched off" if hf_offline("transformers") else "unreachable"),
-                           fix=offline_fix or "download the model on a machine with network and pass its folder: "
-                                              "hf:/path/to/model")
+        raise OfflineError(
+            f"{label} is not a local folder and the Hugging Face hub is "
+            + ("switched off" if hf_offline("transformers") else "unreachable"),
+            fix=offline_fix or "download the model on a machine with network and pass its folder: hf:/path/to/model",
+        )
     return body, gguf or None, None
 
 
-def load_hf_causal(source: str, *, gguf_file: str | None = None, local: Path | None = None,
-                   trust_remote_code: bool = False, what: str = "model"):
+def load_hf_causal(
+    source: str,
+    *,
+    gguf_file: str | None = None,
+    local: Path | None = None,
+    trust_remote_code: bool = False,
+    what: str = "model",
+):
     """(transformers model in eval mode, its AutoTokenizer) with the safety rules of this module."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -90,15 +100,21 @@ def load_hf_causal(source: str, *, gguf_file: str | None = None, local: Path | N
         from harness.safe_load import UnsafeFileError
 
         detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), type(exc).__name__)
-        raise UnsafeFileError(f"{what} {source!r} has a weights file that holds pickled objects other than tensors "
-                              f"({detail}); unpickling it could run arbitrary code, so it is refused",
-                              fix="use the model's safetensors weights, from a source you trust") from None
+        raise UnsafeFileError(
+            f"{what} {source!r} has a weights file that holds pickled objects other than tensors "
+            f"({detail}); unpickling it could run arbitrary code, so it is refused",
+            fix="use the model's safetensors weights, from a source you trust",
+        ) from None
     except OSError as exc:
-        raise OfflineError(f"could not load {what} {source!r}: {exc}".splitlines()[0],
-                           fix="check the name or path; hub names need the network (or a local copy)") from exc
+        raise OfflineError(
+            f"could not load {what} {source!r}: {exc}".splitlines()[0],
+            fix="check the name or path; hub names need the network (or a local copy)",
+        ) from exc
     except (ValueError, RuntimeError, KeyError, TypeError) as exc:
-        raise PrimebenchError(f"{what} {source!r} could not be loaded ({type(exc).__name__}: {exc})".splitlines()[0],
-                              fix="pass an HF causal LM folder whose weights and config are intact") from exc
+        raise PrimebenchError(
+            f"{what} {source!r} could not be loaded ({type(exc).__name__}: {exc})".splitlines()[0],
+            fix="pass an HF causal LM folder whose weights and config are intact",
+        ) from exc
     return model.eval(), tokenizer
 
 
@@ -121,7 +137,7 @@ class HFBackbone(nn.Module):
 
 def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
     """Load ``hf:NAME_OR_PATH`` as an ARM: ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    from baselines.arm import ARM, ARMConfig
+    from baselines.arm import ARMConfig
     from harness.config import Config, DataConfig
     from harness.data.tokenizers.hf import TransformersTokenizer
 
@@ -132,16 +148,21 @@ def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
     L = context_length(hf_model)
     logits_size = int(hf_model.get_output_embeddings().weight.shape[0])
     if tokenizer.vocab_size > logits_size:
-        raise PrimebenchError(f"{spec}: the tokenizer has {tokenizer.vocab_size} ids but the model scores {logits_size}",
-                              fix="pass a model folder whose tokenizer belongs to it")
+        raise PrimebenchError(
+            f"{spec}: the tokenizer has {tokenizer.vocab_size} ids but the model scores {logits_size}",
+            fix="pass a model folder whose tokenizer belongs to it",
+        )
     model = hf_arm_class()(HFBackbone(hf_model), vocab_size=logits_size, seq_len=L, source=spec)
     model.to(device).eval()
-    cfg = Config(model=ARMConfig(family="arm"), data=DataConfig(tokenizer=spec, seq_len=L),
-                 name=Path(name).name if local is not None else name.replace("/", "_"))
+    cfg = Config(
+        model=ARMConfig(family="arm"),
+        data=DataConfig(tokenizer=spec, seq_len=L),
+        name=Path(name).name if local is not None else name.replace("/", "_"),
+    )
     return model, tokenizer, cfg
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hf_arm_class():
     """The ARM subclass whose network is a transformers causal LM (built on first use, so that
     importing this module imports no model code)."""
@@ -152,10 +173,21 @@ def hf_arm_class():
         """An external causal network (an HF causal LM, the release's AR DiT) as the ARM family
         (exact NLL over the L - 1 shifted targets)."""
 
-        def __init__(self, backbone: nn.Module, *, vocab_size: int, seq_len: int, source: str,
-                     network: str = "transformers AutoModelForCausalLM (float32)"):
-            ModelFamily.__init__(self, vocab_size=vocab_size, seq_len=seq_len,
-                                 hparams={"source": source, "positions": "model's own", "start_token": False})
+        def __init__(
+            self,
+            backbone: nn.Module,
+            *,
+            vocab_size: int,
+            seq_len: int,
+            source: str,
+            network: str = "transformers AutoModelForCausalLM (float32)",
+        ):
+            ModelFamily.__init__(
+                self,
+                vocab_size=vocab_size,
+                seq_len=seq_len,
+                hparams={"source": source, "positions": "model's own", "start_token": False},
+            )
             self.start_token = False
             self.start_id = None
             self.source, self.network = source, network
@@ -167,4 +199,12 @@ def hf_arm_class():
     return _HFCausalARM
 
 
-__all__ = ["is_hf_source", "parse_hf_source", "load_hf_causal", "hf_arm", "hf_arm_class", "HFBackbone", "context_length"]
+__all__ = [
+    "is_hf_source",
+    "parse_hf_source",
+    "load_hf_causal",
+    "hf_arm",
+    "hf_arm_class",
+    "HFBackbone",
+    "context_length",
+]

@@ -91,16 +91,27 @@ class MaskedDiffusion(ModelFamily):
         shape = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
         if mixer_width:  # recorded only when on, so the plain DiT's hyper-parameters are unchanged
             shape.update(mixer_width=int(mixer_width), mixer_placement=mixer_placement)
-        super().__init__(vocab_size=vocab_size, seq_len=seq_len, hparams=dict(
-            shape, schedule=schedule, positions=positions, image_shape=image_shape, **(extra_hparams or {})))
+        super().__init__(
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            hparams=dict(
+                shape, schedule=schedule, positions=positions, image_shape=image_shape, **(extra_hparams or {})
+            ),
+        )
         self.time_conditioning = bool(time_conditioning)
         self.schedule = get_schedule(schedule)
         self.mask_id = self._unit_mask_id()
         # parameters are created in this order (embedding, positions, backbone): seeds give the same weights
         embedding = self._embedding(d_model)
         self.backbone = Backbone(
-            BackboneConfig(vocab_in=self.mask_id + 1, vocab_out=vocab_size, seq_len=seq_len,
-                           time_conditioning=self.time_conditioning, cond_dim=cond_dim, **shape),
+            BackboneConfig(
+                vocab_in=self.mask_id + 1,
+                vocab_out=vocab_size,
+                seq_len=seq_len,
+                time_conditioning=self.time_conditioning,
+                cond_dim=cond_dim,
+                **shape,
+            ),
             embedding=embedding,
             positions=build_positions(positions, image_shape, d_model=d_model, seq_len=seq_len),
         )
@@ -121,8 +132,15 @@ class MaskedDiffusion(ModelFamily):
         """(B, L) bool per token -> the same per unit."""
         return tokens
 
-    def unit_terms(self, log_p: torch.Tensor, x0: torch.Tensor, units: torch.Tensor, masked: torch.Tensor,
-                   estimator: str, scored: torch.Tensor | None = None) -> torch.Tensor:
+    def unit_terms(
+        self,
+        log_p: torch.Tensor,
+        x0: torch.Tensor,
+        units: torch.Tensor,
+        masked: torch.Tensor,
+        estimator: str,
+        scored: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """(B, L) nats per token for one corruption: -log p(x_0^i | z_t) where token i is masked.
         ``scored`` (B, L): the tokens the NLL covers (a superset of the masked ones)."""
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
@@ -148,8 +166,16 @@ class MaskedDiffusion(ModelFamily):
     # -- the forward process and the estimator --------------------------------------------------
     def corrupt(self, units: torch.Tensor, u: torch.Tensor, valid: torch.Tensor, sampler: str, generator: Generators):
         """One corruption per row from uniforms u (B,): ``(z_t, masked, weight (B,), t (B,) or None)``."""
-        return diffusion.corrupt(units, u, valid, sampler=sampler, schedule=self.schedule, mask_id=self.mask_id,
-                                 generator=generator, time_conditioning=self.time_conditioning)
+        return diffusion.corrupt(
+            units,
+            u,
+            valid,
+            sampler=sampler,
+            schedule=self.schedule,
+            mask_id=self.mask_id,
+            generator=generator,
+            time_conditioning=self.time_conditioning,
+        )
 
     def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
         """The training objective per token (nats), one corruption per sequence, stratified over the batch."""
@@ -163,8 +189,9 @@ class MaskedDiffusion(ModelFamily):
         return (weight.to(torch.float32) * nats).sum() / tokens.sum().clamp_min(1)
 
     @torch.no_grad()
-    def masked_cross_entropy(self, x0: torch.Tensor, *, rate: float, generator: torch.Generator | None = None,
-                             attention_mask=None) -> float:
+    def masked_cross_entropy(
+        self, x0: torch.Tensor, *, rate: float, generator: torch.Generator | None = None, attention_mask=None
+    ) -> float:
         """Mean -log p(x_0^i | z) (nats) over the masked tokens, each real token masked whole (all of
         its units) independently with probability ``rate`` (every token at rate 1); a time-conditioned
         network gets the t whose mask probability is ``rate``. Training health compares rate 0.15
@@ -173,12 +200,19 @@ class MaskedDiffusion(ModelFamily):
         visible digits of a partly masked token."""
         self.check_tokens(x0)
         tokens = self.scored_tokens(x0, attention_mask, None)
-        masked = tokens if rate >= 1 else tokens & (torch.rand(x0.shape, generator=generator, device="cpu")
-                                                    .to(x0.device) < rate)
+        masked = (
+            tokens
+            if rate >= 1
+            else tokens & (torch.rand(x0.shape, generator=generator, device="cpu").to(x0.device) < rate)
+        )
         z = self.units(x0).masked_fill(self.unit_mask(masked), self.mask_id)
         t = None
         if self.time_conditioning:
-            t = self.schedule.t_from_alpha(torch.full((x0.shape[0],), 1.0 - min(rate, 1.0 - 1e-6))).float().to(x0.device)
+            t = (
+                self.schedule.t_from_alpha(torch.full((x0.shape[0],), 1.0 - min(rate, 1.0 - 1e-6)))
+                .float()
+                .to(x0.device)
+            )
         log_p = self.log_probs(z, t, attention_mask)
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return float(-true[masked].double().mean()) if bool(masked.any()) else float("nan")
@@ -203,13 +237,28 @@ class MaskedDiffusion(ModelFamily):
         "t" (MDLM time) or "n" (exact mask count), default the family's. Only ``corruptible`` real
         tokens are ever masked; the rest of the row is visible context.
         """
-        return self.nll_many(x0, estimators=[estimator], num_samples=num_samples, generator=generator,
-                             attention_mask=attention_mask, corruptible=corruptible, time_sampler=time_sampler)[0]
+        return self.nll_many(
+            x0,
+            estimators=[estimator],
+            num_samples=num_samples,
+            generator=generator,
+            attention_mask=attention_mask,
+            corruptible=corruptible,
+            time_sampler=time_sampler,
+        )[0]
 
     @torch.no_grad()
-    def nll_many(self, x0: torch.Tensor, *, estimators, num_samples: int = 1, generator: Generators = None,
-                 attention_mask=None, corruptible: torch.Tensor | None = None,
-                 time_sampler: str | None = None) -> list[NLL]:
+    def nll_many(
+        self,
+        x0: torch.Tensor,
+        *,
+        estimators,
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask=None,
+        corruptible: torch.Tensor | None = None,
+        time_sampler: str | None = None,
+    ) -> list[NLL]:
         """:meth:`nll` for several estimators at once, from the same corruptions and one forward pass
         per corruption (``--estimator both``): the numbers equal separate :meth:`nll` calls with the
         same generator."""
@@ -219,14 +268,22 @@ class MaskedDiffusion(ModelFamily):
         units = self.units(x0)
         names = [e.name for e in ests]
         nats, stderr = diffusion.monte_carlo_nelbo(
-            x0, units=units, valid=self.unit_mask(tokens),
+            x0,
+            units=units,
+            valid=self.unit_mask(tokens),
             terms=lambda z_t, t, masked: self.nll_terms(z_t, t, attention_mask, x0, units, masked, names, tokens),
-            schedule=self.schedule, mask_id=self.mask_id, sampler=time_sampler or self.default_nll_sampler,
-            num_samples=num_samples, generator=generator, time_conditioning=self.time_conditioning,
+            schedule=self.schedule,
+            mask_id=self.mask_id,
+            sampler=time_sampler or self.default_nll_sampler,
+            num_samples=num_samples,
+            generator=generator,
+            time_conditioning=self.time_conditioning,
         )
         count = tokens.sum(-1).double()
-        return [NLL(nats=nats[..., i], tokens=count, kind=est.kind, stderr=stderr[..., i], num_samples=num_samples)
-                for i, est in enumerate(ests)]
+        return [
+            NLL(nats=nats[..., i], tokens=count, kind=est.kind, stderr=stderr[..., i], num_samples=num_samples)
+            for i, est in enumerate(ests)
+        ]
 
     def nll_terms(self, z_t, t, attention_mask, x0, units, masked, estimators, scored) -> list[torch.Tensor]:
         """(B, L) nats per token for each estimator, from one network call on z_t (families with a

@@ -131,8 +131,18 @@ class MDLMDiT(nn.Module):
     Linear; position i scores token i + 1.
     """
 
-    def __init__(self, *, vocab_size: int, hidden_dim: int, cond_dim: int, n_blocks: int, n_heads: int,
-                 vocab_out: int | None = None, ell: int = 1, causal: bool = False):
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        hidden_dim: int,
+        cond_dim: int,
+        n_blocks: int,
+        n_heads: int,
+        vocab_out: int | None = None,
+        ell: int = 1,
+        causal: bool = False,
+    ):
         super().__init__()
         head = hidden_dim // n_heads
         if head * n_heads != hidden_dim or head % 2:

@@ -46,14 +46,18 @@ class MDLMBackbone(nn.Module):
 def read_mdlm_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     if not path.is_file():
-        raise CheckpointError(f"{str(folder)!r} has no config.json", fix="pass the folder of an MDLM release in the HF layout")
+        raise CheckpointError(
+            f"{str(folder)!r} has no config.json", fix="pass the folder of an MDLM release in the HF layout"
+        )
     from harness.io import read_json
 
     config = read_json(path, what="MDLM config", fix="restore the file", error=CheckpointError)
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
-        raise CheckpointError(f"{path} is not an MDLM config (missing {', '.join(missing)})",
-                              fix="pass an MDLM release folder (config.json with hidden_dim, cond_dim, n_blocks, ...)")
+        raise CheckpointError(
+            f"{path} is not an MDLM config (missing {', '.join(missing)})",
+            fix="pass an MDLM release folder (config.json with hidden_dim, cond_dim, n_blocks, ...)",
+        )
     return config
 
 
@@ -70,7 +74,9 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         return tensors
     pickles = check_pickles_in_folder(folder, what="MDLM weights")
     if not pickles:
-        raise CheckpointError(f"{str(folder)!r} holds no weights (model.safetensors)", fix="download the release's weights")
+        raise CheckpointError(
+            f"{str(folder)!r} holds no weights (model.safetensors)", fix="download the release's weights"
+        )
     tensors = {}
     for file in pickles:
         tensors.update(load_torch_file(file, what="MDLM weights", fix="re-download it"))
@@ -79,9 +85,11 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def mdlm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: bool = True):
     """Load ``mdlm-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    folder = Path(str(source)[len(PREFIX):]).expanduser()
+    folder = Path(str(source)[len(PREFIX) :]).expanduser()
     if not folder.is_dir():
-        raise CheckpointError(f"{PREFIX}{folder}: not a folder", fix="pass the folder of an MDLM release in the HF layout")
+        raise CheckpointError(
+            f"{PREFIX}{folder}: not a folder", fix="pass the folder of an MDLM release in the HF layout"
+        )
     config = read_mdlm_config(folder)
     where = str(folder / "config.json")
     shape = {k: config_size(config, k, where=where, minimum=2 if k == "vocab_size" else 1) for k in CONFIG_KEYS}
@@ -89,9 +97,17 @@ def mdlm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: b
     tensors = read_weights(folder)
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
     others = sorted(k for k in tensors if not k.startswith("backbone."))
-    return build_mdlm(state, shape=shape, time_conditioning=time_conditioning,
-                      tokenizer_folder=folder, source=f"{PREFIX}{folder}", where=str(folder), extra_keys=others,
-                      device=device, tokenizer=_tokenizer(folder, shape["vocab_size"] - 1, tokenizer))
+    return build_mdlm(
+        state,
+        shape=shape,
+        time_conditioning=time_conditioning,
+        tokenizer_folder=folder,
+        source=f"{PREFIX}{folder}",
+        where=str(folder),
+        extra_keys=others,
+        device=device,
+        tokenizer=_tokenizer(folder, shape["vocab_size"] - 1, tokenizer),
+    )
 
 
 def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
@@ -100,28 +116,39 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str |
     Weights under ``state_dict`` as ``backbone.*``; EMA weights (used by default, as MDLM evaluates)
     under ``ema.shadow_params``, in the order of the network's parameters. The Hydra config under
     ``hyper_parameters`` is read as plain data (:func:`harness.safe_load.load_lightning_checkpoint`)."""
-    path = Path(str(source)[len(CKPT_PREFIX):]).expanduser()
+    path = Path(str(source)[len(CKPT_PREFIX) :]).expanduser()
     ckpt = read_release_ckpt(path, what="MDLM checkpoint", ema=ema, prefix=CKPT_PREFIX)
     shape = _model_shape(ckpt.config, str(path), vocab_size=int(ckpt.state["vocab_embed.embedding"].shape[0]))
     state = _ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
-    return build_mdlm(state, shape=shape, time_conditioning=config_flag(ckpt.config, "time_conditioning", where=str(path),
-                                                                        default=False),
-                      tokenizer_folder=path.parent, source=f"{CKPT_PREFIX}{path}", where=str(path),
-                      extra_keys=[], device=device, ema=ema,
-                      tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer, saved=ckpt.tokenizer_json))
+    return build_mdlm(
+        state,
+        shape=shape,
+        time_conditioning=config_flag(ckpt.config, "time_conditioning", where=str(path), default=False),
+        tokenizer_folder=path.parent,
+        source=f"{CKPT_PREFIX}{path}",
+        where=str(path),
+        extra_keys=[],
+        device=device,
+        ema=ema,
+        tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer, saved=ckpt.tokenizer_json),
+    )
 
 
 def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
     """The EMA copy of each parameter: ``shadow_params`` follow the network's parameter order."""
     names = [n for n, _ in _dit(shape).named_parameters()]
     if len(shadow) < len(names):
-        raise CheckpointError(f"{where}: {len(shadow)} EMA tensors for {len(names)} parameters",
-                              fix="load the raw weights with ema=False")
+        raise CheckpointError(
+            f"{where}: {len(shadow)} EMA tensors for {len(names)} parameters", fix="load the raw weights with ema=False"
+        )
     out = dict(state)
     for name, value in zip(names, shadow):
         if name in state and tuple(value.shape) != tuple(state[name].shape):
-            raise CheckpointError(f"{where}: EMA tensor for {name!r} has shape {tuple(value.shape)}, the weight "
-                                  f"{tuple(state[name].shape)}", fix="load the raw weights with ema=False")
+            raise CheckpointError(
+                f"{where}: EMA tensor for {name!r} has shape {tuple(value.shape)}, the weight "
+                f"{tuple(state[name].shape)}",
+                fix="load the raw weights with ema=False",
+            )
         out[name] = value
     return out
 
@@ -129,9 +156,16 @@ def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
 def _dit(shape: dict):
     from harness.models.mdlm_dit import MDLMDiT
 
-    return MDLMDiT(vocab_size=shape["vocab_size"], hidden_dim=shape["hidden_dim"], cond_dim=shape["cond_dim"],
-                   n_blocks=shape["n_blocks"], n_heads=shape["n_heads"], vocab_out=shape.get("vocab_out"),
-                   ell=shape.get("ell", 1), causal=bool(shape.get("causal", False)))
+    return MDLMDiT(
+        vocab_size=shape["vocab_size"],
+        hidden_dim=shape["hidden_dim"],
+        cond_dim=shape["cond_dim"],
+        n_blocks=shape["n_blocks"],
+        n_heads=shape["n_heads"],
+        vocab_out=shape.get("vocab_out"),
+        ell=shape.get("ell", 1),
+        causal=bool(shape.get("causal", False)),
+    )
 
 
 def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
@@ -142,29 +176,61 @@ def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
     expected = dit.state_dict()
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected)) + sorted(extra_keys)
     if missing or unexpected:
-        raise CheckpointError(f"weights in {where!r} are not the DiT layout of the release (missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]})", fix="pass a checkpoint of the release (keys backbone.*)")
+        raise CheckpointError(
+            f"weights in {where!r} are not the DiT layout of the release (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})",
+            fix="pass a checkpoint of the release (keys backbone.*)",
+        )
     for key, value in state.items():
         if value.shape != expected[key].shape:
-            raise CheckpointError(f"weight {key!r} has shape {tuple(value.shape)}; the config builds {tuple(expected[key].shape)}",
-                                  fix="the config and the weights come from different models")
+            raise CheckpointError(
+                f"weight {key!r} has shape {tuple(value.shape)}; the config builds {tuple(expected[key].shape)}",
+                fix="the config and the weights come from different models",
+            )
     dit.load_state_dict({k: v.float() for k, v in state.items()})
     return dit
 
 
-def build_mdlm(state: dict, *, shape: dict, time_conditioning: bool, tokenizer_folder: Path, source: str, where: str,
-               extra_keys: list, device: str = "cpu", ema: bool | None = None, tokenizer=None):
+def build_mdlm(
+    state: dict,
+    *,
+    shape: dict,
+    time_conditioning: bool,
+    tokenizer_folder: Path,
+    source: str,
+    where: str,
+    extra_keys: list,
+    device: str = "cpu",
+    ema: bool | None = None,
+    tokenizer=None,
+):
     """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
     from baselines.mdlm import MDLM
     from harness.models.masked_diffusion import MDLMConfig
 
     dit = load_dit(state, shape, where=where, extra_keys=extra_keys)
     C = shape["vocab_size"] - 1
-    model = MDLM(vocab_size=C, seq_len=shape["model_length"], d_model=8, n_layers=1, n_heads=2,
-                 time_conditioning=time_conditioning, extra_hparams=_provenance(source, ema))
-    return _finish(model, MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning), MDLMConfig,
-                   shape=shape, time_conditioning=time_conditioning, tokenizer_folder=tokenizer_folder, C=C,
-                   where=where, device=device, tokenizer=tokenizer)
+    model = MDLM(
+        vocab_size=C,
+        seq_len=shape["model_length"],
+        d_model=8,
+        n_layers=1,
+        n_heads=2,
+        time_conditioning=time_conditioning,
+        extra_hparams=_provenance(source, ema),
+    )
+    return _finish(
+        model,
+        MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning),
+        MDLMConfig,
+        shape=shape,
+        time_conditioning=time_conditioning,
+        tokenizer_folder=tokenizer_folder,
+        C=C,
+        where=where,
+        device=device,
+        tokenizer=tokenizer,
+    )
 
 
 def _provenance(source: str, ema: bool | None) -> dict:
@@ -174,16 +240,37 @@ def _provenance(source: str, ema: bool | None) -> dict:
     return extra
 
 
-def _finish(model, backbone, config_class, *, shape, time_conditioning, tokenizer_folder, C, where, device,
-            tokenizer=None, **model_keys):
+def _finish(
+    model,
+    backbone,
+    config_class,
+    *,
+    shape,
+    time_conditioning,
+    tokenizer_folder,
+    C,
+    where,
+    device,
+    tokenizer=None,
+    **model_keys,
+):
     """Swap the placeholder network for the release's, and describe the model as our configs do."""
     from harness.config import Config, DataConfig
 
     tokenizer = tokenizer if tokenizer is not None else _tokenizer(tokenizer_folder, C)
-    cfg = Config(model=config_class(family=model.family, d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
-                                    n_heads=shape["n_heads"], time_conditioning=time_conditioning,
-                                    cond_dim=shape["cond_dim"], **model_keys),
-                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=shape["model_length"]), name=Path(where).stem)
+    cfg = Config(
+        model=config_class(
+            family=model.family,
+            d_model=shape["hidden_dim"],
+            n_layers=shape["n_blocks"],
+            n_heads=shape["n_heads"],
+            time_conditioning=time_conditioning,
+            cond_dim=shape["cond_dim"],
+            **model_keys,
+        ),
+        data=DataConfig(tokenizer=tokenizer.spec, seq_len=shape["model_length"]),
+        name=Path(where).stem,
+    )
     model.hparams.update(d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"])
     model.backbone = backbone  # the placeholder built by the family's constructor is dropped
     return model.to(device).eval(), tokenizer, cfg
@@ -226,14 +313,18 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> Relea
 
     blob = load_lightning_checkpoint(path, what=what)
     if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
-        raise CheckpointError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass the release's .ckpt file")
+        raise CheckpointError(
+            f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass the release's .ckpt file"
+        )
     raw_hp = blob.get("hyper_parameters") or {}
     hp = plain(raw_hp)
     config = hp.get("config", hp) if isinstance(hp, dict) else {}
     state = {k.removeprefix("backbone."): v for k, v in blob["state_dict"].items() if k.startswith("backbone.")}
     if "vocab_embed.embedding" not in state:
-        raise CheckpointError(f"{str(path)!r} has no backbone.vocab_embed.embedding: not the release's DiT layout",
-                              fix="pass a checkpoint of the DiT backbone")
+        raise CheckpointError(
+            f"{str(path)!r} has no backbone.vocab_embed.embedding: not the release's DiT layout",
+            fix="pass a checkpoint of the DiT backbone",
+        )
     from harness.models.sources import check_ckpt_prefix
 
     check_ckpt_prefix(path, state, config if isinstance(config, dict) else {}, used=prefix)
@@ -241,20 +332,29 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> Relea
     if ema:
         shadow = (blob.get("ema") or {}).get("shadow_params") if isinstance(blob.get("ema"), dict) else None
         if not shadow:
-            raise CheckpointError(f"{str(path)!r} holds no EMA weights (ema.shadow_params)",
-                                  fix="load the raw weights with ema=False")
+            raise CheckpointError(
+                f"{str(path)!r} holds no EMA weights (ema.shadow_params)", fix="load the raw weights with ema=False"
+            )
     saved = saved_tokenizer_json(raw_hp.get("tokenizer")) if isinstance(raw_hp, dict) else None
-    return ReleaseCkpt(state=state, config=config if isinstance(config, dict) else {}, shadow=shadow,
-                       tokenizer_json=saved)
+    return ReleaseCkpt(
+        state=state, config=config if isinstance(config, dict) else {}, shadow=shadow, tokenizer_json=saved
+    )
 
 
 def _model_shape(config: dict, where: str, **extra) -> dict:
     """The network sizes in the Hydra config under ``hyper_parameters``, read strictly (integers >= 1)."""
     model_cfg = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
-    keys = {"model_length": "length", "hidden_dim": "hidden_size", "cond_dim": "cond_dim", "n_blocks": "n_blocks",
-            "n_heads": "n_heads"}
-    return {ours: config_size(model_cfg, theirs, where=f"{where} (hyper_parameters)", label=f"model.{theirs}")
-            for ours, theirs in keys.items()} | extra
+    keys = {
+        "model_length": "length",
+        "hidden_dim": "hidden_size",
+        "cond_dim": "cond_dim",
+        "n_blocks": "n_blocks",
+        "n_heads": "n_heads",
+    }
+    return {
+        ours: config_size(model_cfg, theirs, where=f"{where} (hyper_parameters)", label=f"model.{theirs}")
+        for ours, theirs in keys.items()
+    } | extra
 
 
 def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
@@ -266,45 +366,87 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
     Checkpoints of the same release with ell = 1 are MDLM's layout: load them with ``mdlm-ckpt:``."""
     from prime.subtokens import subtoken_base
 
-    path = Path(str(source)[len(PRIME_PREFIX):]).expanduser()
+    path = Path(str(source)[len(PRIME_PREFIX) :]).expanduser()
     ckpt = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema, prefix=PRIME_PREFIX)
     state, config = ckpt.state, ckpt.config
     prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
     ell = int(prime_cfg.get("target_length", 1))
     if ell < 2:
-        raise CheckpointError(f"{str(path)!r} has prime.target_length = {ell}: an MDLM-layout checkpoint",
-                              fix=f"load it with mdlm-ckpt:{path}")
+        raise CheckpointError(
+            f"{str(path)!r} has prime.target_length = {ell}: an MDLM-layout checkpoint",
+            fix=f"load it with mdlm-ckpt:{path}",
+        )
     if "output_layer.linear.weight" not in state:
-        raise CheckpointError(f"{str(path)!r} lacks backbone.output_layer.linear.weight", fix="pass the release's .ckpt")
+        raise CheckpointError(
+            f"{str(path)!r} lacks backbone.output_layer.linear.weight", fix="pass the release's .ckpt"
+        )
     C = int(state["output_layer.linear.weight"].shape[0])
     base = subtoken_base(C, ell)
     if "base" in prime_cfg and int(prime_cfg["base"]) != base:
-        raise CheckpointError(f"{str(path)!r}: prime.base = {prime_cfg['base']} but C = {C}, ell = {ell} give base {base}",
-                              fix="this harness uses the smallest base with base**ell >= C, as the release does")
+        raise CheckpointError(
+            f"{str(path)!r}: prime.base = {prime_cfg['base']} but C = {C}, ell = {ell} give base {base}",
+            fix="this harness uses the smallest base with base**ell >= C, as the release does",
+        )
     shape = _model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
     if ckpt.shadow is not None:
         state = _ema_state(state, ckpt.shadow, shape, where=str(path))
-    return build_prime(state, shape=shape,
-                       time_conditioning=config_flag(config, "time_conditioning", where=str(path), default=False),
-                       carry_over=config_flag(prime_cfg, "carry_over", where=str(path), default=True,
-                                              label="prime.carry_over"), tokenizer_folder=path.parent,
-                       source=f"{PRIME_PREFIX}{path}", where=str(path), device=device, ema=ema,
-                       tokenizer=_tokenizer(path.parent, C, tokenizer, saved=ckpt.tokenizer_json))
+    return build_prime(
+        state,
+        shape=shape,
+        time_conditioning=config_flag(config, "time_conditioning", where=str(path), default=False),
+        carry_over=config_flag(prime_cfg, "carry_over", where=str(path), default=True, label="prime.carry_over"),
+        tokenizer_folder=path.parent,
+        source=f"{PRIME_PREFIX}{path}",
+        where=str(path),
+        device=device,
+        ema=ema,
+        tokenizer=_tokenizer(path.parent, C, tokenizer, saved=ckpt.tokenizer_json),
+    )
 
 
-def build_prime(state: dict, *, shape: dict, time_conditioning: bool, carry_over: bool, tokenizer_folder: Path,
-                source: str, where: str, device: str = "cpu", ema: bool | None = None, tokenizer=None):
+def build_prime(
+    state: dict,
+    *,
+    shape: dict,
+    time_conditioning: bool,
+    carry_over: bool,
+    tokenizer_folder: Path,
+    source: str,
+    where: str,
+    device: str = "cpu",
+    ema: bool | None = None,
+    tokenizer=None,
+):
     """Our Prime around MDM-Prime's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
     from prime.model import Prime, PrimeConfig
 
     dit = load_dit(state, shape, where=where, extra_keys=[])
     C, ell = shape["vocab_out"], shape["ell"]
-    model = Prime(vocab_size=C, seq_len=shape["model_length"], ell=ell, carry_over=carry_over, d_model=8 * ell,
-                  n_layers=1, n_heads=2, time_conditioning=time_conditioning)
+    model = Prime(
+        vocab_size=C,
+        seq_len=shape["model_length"],
+        ell=ell,
+        carry_over=carry_over,
+        d_model=8 * ell,
+        n_layers=1,
+        n_heads=2,
+        time_conditioning=time_conditioning,
+    )
     model.hparams.update(_provenance(source, ema))
-    return _finish(model, PrimeBackbone(dit, time_conditioning=time_conditioning), PrimeConfig, shape=shape,
-                   time_conditioning=time_conditioning, tokenizer_folder=tokenizer_folder, C=C, where=where,
-                   device=device, tokenizer=tokenizer, ell=ell, carry_over=carry_over)
+    return _finish(
+        model,
+        PrimeBackbone(dit, time_conditioning=time_conditioning),
+        PrimeConfig,
+        shape=shape,
+        time_conditioning=time_conditioning,
+        tokenizer_folder=tokenizer_folder,
+        C=C,
+        where=where,
+        device=device,
+        tokenizer=tokenizer,
+        ell=ell,
+        carry_over=carry_over,
+    )
 
 
 class ARBackbone(nn.Module):
@@ -328,23 +470,34 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
 
     Rows are ``model.length`` tokens; as in the release, the network reads the first L - 1 and
     scores the L - 1 shifted targets."""
-    path = Path(str(source)[len(AR_PREFIX):]).expanduser()
+    path = Path(str(source)[len(AR_PREFIX) :]).expanduser()
     ckpt = read_release_ckpt(path, what="AR checkpoint", ema=ema, prefix=AR_PREFIX)
     state, config = ckpt.state, ckpt.config
     prime_cfg = config.get("prime", {}) if isinstance(config.get("prime"), dict) else {}
     if int(prime_cfg.get("target_length", 1)) != 1:
-        raise CheckpointError(f"{str(path)!r} is an AR over sub-tokens (prime.target_length = {prime_cfg['target_length']})",
-                              fix="only the token-level AR baseline (target_length 1) is supported")
+        raise CheckpointError(
+            f"{str(path)!r} is an AR over sub-tokens (prime.target_length = {prime_cfg['target_length']})",
+            fix="only the token-level AR baseline (target_length 1) is supported",
+        )
     if any(k.startswith(("sigma_map.", "blocks.0.adaLN")) for k in state):
-        raise CheckpointError(f"{str(path)!r} has adaLN / sigma_map weights: a diffusion checkpoint, not the AR baseline",
-                              fix=f"load it with {CKPT_PREFIX}{path} (or {PRIME_PREFIX} for ell > 1)")
+        raise CheckpointError(
+            f"{str(path)!r} has adaLN / sigma_map weights: a diffusion checkpoint, not the AR baseline",
+            fix=f"load it with {CKPT_PREFIX}{path} (or {PRIME_PREFIX} for ell > 1)",
+        )
     V = int(state["vocab_embed.embedding"].shape[0])
     shape = _model_shape(config, str(path), vocab_size=V, causal=True)
     if ckpt.shadow is not None:
         state = _ema_state(state, ckpt.shadow, shape, where=str(path))
     dit = load_dit(state, shape, where=str(path), extra_keys=[])
-    return build_ar(dit, shape=shape, tokenizer=_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
-                    source=f"{AR_PREFIX}{path}", ema=ema, device=device, name=path.stem)
+    return build_ar(
+        dit,
+        shape=shape,
+        tokenizer=_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
+        source=f"{AR_PREFIX}{path}",
+        ema=ema,
+        device=device,
+        name=path.stem,
+    )
 
 
 def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool | None, device: str, name: str):
@@ -354,13 +507,23 @@ def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool |
     from harness.models.hf_causal import hf_arm_class
 
     C, L = shape["vocab_size"] - 1, shape["model_length"]
-    model = hf_arm_class()(ARBackbone(dit, vocab_size=C), vocab_size=C, seq_len=L, source=source,
-                           network="the release's causal DiT (float32)")
-    model.hparams.update(_provenance(source, ema), d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
-                         n_heads=shape["n_heads"])
-    cfg = Config(model=ARMConfig(family="arm", d_model=shape["hidden_dim"], n_layers=shape["n_blocks"],
-                                 n_heads=shape["n_heads"]),
-                 data=DataConfig(tokenizer=tokenizer.spec, seq_len=L), name=name)
+    model = hf_arm_class()(
+        ARBackbone(dit, vocab_size=C),
+        vocab_size=C,
+        seq_len=L,
+        source=source,
+        network="the release's causal DiT (float32)",
+    )
+    model.hparams.update(
+        _provenance(source, ema), d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"]
+    )
+    cfg = Config(
+        model=ARMConfig(
+            family="arm", d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"]
+        ),
+        data=DataConfig(tokenizer=tokenizer.spec, seq_len=L),
+        name=name,
+    )
     return model.to(device).eval(), tokenizer, cfg
 
 
@@ -379,17 +542,24 @@ def _tokenizer(folder: Path, C: int, spec: str | None = None, *, saved: str | No
     if spec is not None:
         tokenizer, chosen = get_tokenizer(spec), f"--tokenizer {spec}"
     elif (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
-        tokenizer, chosen = load_transformers(folder.resolve(), spec=f"hf:{folder.resolve()}"), f"the tokenizer files in {folder}"
+        tokenizer, chosen = (
+            load_transformers(folder.resolve(), spec=f"hf:{folder.resolve()}"),
+            f"the tokenizer files in {folder}",
+        )
     elif C == 50257:
         tokenizer, chosen = get_tokenizer("gpt2"), "GPT-2's tokenizer (the default for C = 50257)"
     else:
         held = " (the tokenizer pickled in its hyper-parameters is checked against the one you name)" if saved else ""
-        raise CheckpointError(f"{str(folder)!r} has no tokenizer files and C = {C} is not GPT-2's vocabulary{held}",
-                              fix="name the release's tokenizer (harness.load(..., tokenizer=SPEC), "
-                                  "primebench import --tokenizer SPEC) or save its tokenizer.json into the folder")
+        raise CheckpointError(
+            f"{str(folder)!r} has no tokenizer files and C = {C} is not GPT-2's vocabulary{held}",
+            fix="name the release's tokenizer (harness.load(..., tokenizer=SPEC), "
+            "primebench import --tokenizer SPEC) or save its tokenizer.json into the folder",
+        )
     if tokenizer.vocab_size != C:
-        raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} ids but the model has C = {C} (V = C + 1 with the mask)",
-                              fix="pass the tokenizer the release was trained with")
+        raise CheckpointError(
+            f"the tokenizer has {tokenizer.vocab_size} ids but the model has C = {C} (V = C + 1 with the mask)",
+            fix="pass the tokenizer the release was trained with",
+        )
     if saved is not None:
         _check_saved_vocabulary(tokenizer, saved, chosen=chosen)
     return tokenizer
@@ -410,10 +580,26 @@ def _check_saved_vocabulary(tokenizer, saved: str, *, chosen: str) -> None:
     differ = sorted((i, tok) for tok, i in theirs.items() if ours.get(tok) != i)
     if differ:
         examples = ", ".join(f"{tok!r} (id {i})" for i, tok in differ[:3])
-        raise CheckpointError(f"{chosen} differs from the tokenizer saved in the checkpoint at {len(differ)} of "
-                              f"{len(theirs)} tokens: {examples}",
-                              fix="pass the tokenizer the release was trained with (--tokenizer SPEC, or its "
-                                  "tokenizer.json beside the checkpoint)")
+        raise CheckpointError(
+            f"{chosen} differs from the tokenizer saved in the checkpoint at {len(differ)} of "
+            f"{len(theirs)} tokens: {examples}",
+            fix="pass the tokenizer the release was trained with (--tokenizer SPEC, or its "
+            "tokenizer.json beside the checkpoint)",
+        )
 
 
-__all__ = ["mdlm_hf", "mdlm_ckpt", "prime_ckpt", "ar_ckpt", "build_ar", "ARBackbone", "LOADERS", "build_prime", "PrimeBackbone", "load_dit", "build_mdlm", "MDLMBackbone", "read_mdlm_config"]
+__all__ = [
+    "mdlm_hf",
+    "mdlm_ckpt",
+    "prime_ckpt",
+    "ar_ckpt",
+    "build_ar",
+    "ARBackbone",
+    "LOADERS",
+    "build_prime",
+    "PrimeBackbone",
+    "load_dit",
+    "build_mdlm",
+    "MDLMBackbone",
+    "read_mdlm_config",
+]

@@ -28,7 +28,7 @@ def config_flag(config: dict[str, Any], key: str, *, where: str, default: bool, 
     name = label or key
     raise CheckpointError(
         f"{where}: {name!r} is {value!r} ({type(value).__name__}); it must be the JSON boolean true or false",
-        fix=f"write \"{name.rsplit('.', 1)[-1]}\": true or false (no quotes) in {where}",
+        fix=f'write "{name.rsplit(".", 1)[-1]}": true or false (no quotes) in {where}',
     )
 
 

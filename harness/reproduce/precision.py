@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 MODELS = ("mdlm", "prime")
-AUDIT = dict(steps=[16, 64, 256], num_samples=8, dtypes=["float32", "float64"], method="mdlm-legacy",
-             batch_size=8, seed=0)
+AUDIT = dict(
+    steps=[16, 64, 256], num_samples=8, dtypes=["float32", "float64"], method="mdlm-legacy", batch_size=8, seed=0
+)
 # samples per run: MDLM's float32 drop in marginal surprisal at T = 256 measured 0.22 +- 0.08 nats with 16 samples
 # (per-sample standard deviation near 0.23 nats per dtype), so 48 samples put a drop of that size about 4.7 standard
 # errors out; Prime (whose law predicts no drop) is the control and keeps 8
@@ -49,8 +50,7 @@ class PrecisionRecords:
     predictions: dict[str, dict[str, Any]]  # MODEL -> precision-prediction record
 
 
-def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samples: int,
-            seed: int) -> dict[str, Any]:
+def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samples: int, seed: int) -> dict[str, Any]:
     """A ``precision-prediction`` record: per (T, dtype) the law's entropy, the expected per-sample
     entropy of ``seq_len`` tokens drawn from it (Monte Carlo over ``mc_samples`` samples) and the expected
     marginal surprisal -log p(x) of a token drawn from it (exact for the law). Every number is labelled
@@ -60,12 +60,10 @@ def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samp
     import torch
 
     from harness.audit.gumbel import entropy, grid_gumbel_probs, mdlm_joint_draw_law
+    from harness.audit.precision import all_masked_marginal
     from harness.metrics.entropy import MeanEntropy
     from harness.records import Metric, make_record
-
     from harness.sampling.units import UnitModel
-
-    from harness.audit.precision import all_masked_marginal
 
     p = all_masked_marginal(model)
     surprisal = -p.log()
@@ -82,29 +80,55 @@ def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samp
             metric = MeanEntropy(base="e")
             metric.update(tokens.view(mc_samples, seq_len))
             ent = metric.compute()
-            rows.append({"steps": T, "dtype": dtype,
-                         "metrics": {"entropy": Metric(ent.mean, ent.stderr, "estimate",
-                                                       f"nats per sample of L = {seq_len} tokens").to_dict(),
-                                     "surprisal": Metric(float((law * surprisal).sum()), None, "estimate",
-                                                         "nats per token, -log p(x) under the all-masked marginal, "
-                                                         "expected under the predicted law").to_dict(),
-                                     "law_entropy": Metric(float(entropy(law)), None, "estimate",
-                                                           "nats, entropy of the predicted token law").to_dict()}})
+            rows.append(
+                {
+                    "steps": T,
+                    "dtype": dtype,
+                    "metrics": {
+                        "entropy": Metric(
+                            ent.mean, ent.stderr, "estimate", f"nats per sample of L = {seq_len} tokens"
+                        ).to_dict(),
+                        "surprisal": Metric(
+                            float((law * surprisal).sum()),
+                            None,
+                            "estimate",
+                            "nats per token, -log p(x) under the all-masked marginal, expected under the predicted law",
+                        ).to_dict(),
+                        "law_entropy": Metric(
+                            float(entropy(law)), None, "estimate", "nats, entropy of the predicted token law"
+                        ).to_dict(),
+                    },
+                }
+            )
     protocol = {
         "prediction": "context-free: the denoiser's all-masked output averaged over positions, drawn with the "
-                      "exact law of the categorical draw in each dtype",
-        "law": ("grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
-                "over the T steps (mdlm_joint_draw_law)") if not subtokens else
-               "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)",
+        "exact law of the categorical draw in each dtype",
+        "law": (
+            "grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
+            "over the T steps (mdlm_joint_draw_law)"
+        )
+        if not subtokens
+        else "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)",
         "marginal_entropy": float(entropy(p)),
-        "mc_samples": mc_samples, "seq_len": seq_len, "seed": seed, "steps": list(steps), "dtypes": list(dtypes),
+        "mc_samples": mc_samples,
+        "seq_len": seq_len,
+        "seed": seed,
+        "steps": list(steps),
+        "dtypes": list(dtypes),
     }
-    return make_record("precision-prediction", model=None, metrics={}, protocol=protocol, seed=seed,
-                       extra={"rows": rows})
+    return make_record(
+        "precision-prediction", model=None, metrics={}, protocol=protocol, seed=seed, extra={"rows": rows}
+    )
 
 
-def run_precision(out: Path, *, force: bool = False, steps: int | None = None, audit_steps: list[int] | None = None,
-                  samples: int | dict[str, int] | None = None) -> PrecisionRecords:
+def run_precision(
+    out: Path,
+    *,
+    force: bool = False,
+    steps: int | None = None,
+    audit_steps: list[int] | None = None,
+    samples: int | dict[str, int] | None = None,
+) -> PrecisionRecords:
     """Train (or reuse) ``precision/mdlm`` and ``precision/prime`` under ``out``, audit and predict.
 
     ``steps`` overrides ``train.steps`` (a smoke run); ``audit_steps`` the sweep of T; ``samples``
@@ -119,30 +143,40 @@ def run_precision(out: Path, *, force: bool = False, steps: int | None = None, a
     from harness.reproduce.stages import Stages
 
     out = Path(out)
-    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    overrides = (
+        [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    )
     cfgs = {name: load_config(f"precision/{name}", overrides) for name in MODELS}
     audit = dict(AUDIT, steps=list(audit_steps or AUDIT["steps"]))
     given = {} if samples is None else samples if isinstance(samples, dict) else dict.fromkeys(MODELS, samples)
     if set(given) - set(MODELS) or any(int(n) < 1 for n in given.values()):
-        raise PrimebenchError(f"samples {given} must be integers >= 1 for models among {', '.join(MODELS)}",
-                              fix="pass e.g. samples={'mdlm': 48} (CLI: --samples mdlm=48)")
+        raise PrimebenchError(
+            f"samples {given} must be integers >= 1 for models among {', '.join(MODELS)}",
+            fix="pass e.g. samples={'mdlm': 48} (CLI: --samples mdlm=48)",
+        )
     per_model = {**SAMPLES, **given}
     log = console().log
     audits, predictions = {}, {}
     with progress() as bar:
         stages = Stages(out, force=force, bar=bar, log=log)
-        stages.task = bar.add_task("reproduce precision", total=len(MODELS) * (2 + len(DRAWS)), loss=float("nan"),
-                                   tps=0.0)
+        stages.task = bar.add_task(
+            "reproduce precision", total=len(MODELS) * (2 + len(DRAWS)), loss=float("nan"), tps=0.0
+        )
         for name, cfg in cfgs.items():
             stages.train(name, cfg)
         for name, cfg in cfgs.items():
             base = {"checkpoint": name, "train": cfg.to_dict()}
             n = int(per_model[name])
             for draw in DRAWS:
-                kw = dict(audit, draw=draw, controls=draw == "joint", num_samples=n, batch_size=min(n, AUDIT["batch_size"]))
+                kw = dict(
+                    audit, draw=draw, controls=draw == "joint", num_samples=n, batch_size=min(n, AUDIT["batch_size"])
+                )
                 config = dict(base, **kw, statistics=list(STATISTICS))
-                audits[f"{name}-{draw}"] = stages.record(f"precision-{name}-{draw}", config, lambda: (
-                    audit_checkpoint(out / name, **kw, sampler=None, entropy_base="e", log=log).record))
+                audits[f"{name}-{draw}"] = stages.record(
+                    f"precision-{name}-{draw}",
+                    config,
+                    lambda: audit_checkpoint(out / name, **kw, sampler=None, entropy_base="e", log=log).record,
+                )
             pred_kw = dict(PREDICTION, steps=audit["steps"], dtypes=audit["dtypes"])
             pred_config = dict(base, **pred_kw, statistics=["entropy", "surprisal", "law_entropy"])
 
@@ -158,5 +192,14 @@ def run_precision(out: Path, *, force: bool = False, steps: int | None = None, a
     return result
 
 
-__all__ = ["AUDIT", "DRAWS", "MODELS", "PREDICTION", "SAMPLES", "STATISTICS", "PrecisionRecords", "predict",
-           "run_precision"]
+__all__ = [
+    "AUDIT",
+    "DRAWS",
+    "MODELS",
+    "PREDICTION",
+    "SAMPLES",
+    "STATISTICS",
+    "PrecisionRecords",
+    "predict",
+    "run_precision",
+]

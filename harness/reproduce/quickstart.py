@@ -33,12 +33,29 @@ IMAGE_MODELS = ("digits-mdlm", "digits-prime")
 GENPPL = dict(samples=8, batch_size=8, method="gumbel", seed=0)
 PPL = dict(estimator="both", batch_size=32, seed=0)
 BPD = dict(estimator="both", batch_size=64, seed=0)
-FID = dict(reference="digits:train", features="digits-classifier", backend="frechet", samples=500, batch_size=100, seed=0)
+FID = dict(
+    reference="digits:train", features="digits-classifier", backend="frechet", samples=500, batch_size=100, seed=0
+)
 ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=2, batch_size=32, limit=24, seed=0)
-PRECISION = dict(model="mdlm", steps=[64, 256, 1024], num_samples=8, dtypes=["float32", "float64"],
-                 method="mdlm-legacy", draw="joint", controls=True, batch_size=8, seed=0)
-GUMBEL = dict(mdlm_step=1, steps=1024, vocab=50257, dtypes=["float32", "float64"],
-              methods=["gumbel", "race", "mdlm-legacy"], seed=0)
+PRECISION = dict(
+    model="mdlm",
+    steps=[64, 256, 1024],
+    num_samples=8,
+    dtypes=["float32", "float64"],
+    method="mdlm-legacy",
+    draw="joint",
+    controls=True,
+    batch_size=8,
+    seed=0,
+)
+GUMBEL = dict(
+    mdlm_step=1,
+    steps=1024,
+    vocab=50257,
+    dtypes=["float32", "float64"],
+    methods=["gumbel", "race", "mdlm-legacy"],
+    seed=0,
+)
 IDLE_PAPER = dict(length=1024, steps=1024, ells=[1, 2, 3, 4, 6, 8], runs=0)
 BOUND = dict(C=6, ell=2, L=2, seeds=2, seed=0)
 
@@ -68,8 +85,15 @@ def stage_count() -> int:
     return len(MODELS + IMAGE_MODELS) + len(IMAGE_MODELS) * 2 + len(MODELS) * 4 + 5
 
 
-def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", steps: int | None = None,
-                   max_rows: int | None = None, samples: int = GENPPL["samples"]) -> QuickstartRecords:
+def run_quickstart(
+    out: Path,
+    *,
+    force: bool = False,
+    judge: str = "smollm2",
+    steps: int | None = None,
+    max_rows: int | None = None,
+    samples: int = GENPPL["samples"],
+) -> QuickstartRecords:
     """Train (or reuse) the quickstart models under ``out`` and compute (or reuse) every stage's record.
 
     ``steps`` overrides ``train.steps`` of every model (a smoke run; recorded in each checkpoint's
@@ -92,7 +116,9 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
     if judge:
         check_judge_spec(judge)  # before minutes of training
     out = Path(out)
-    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    overrides = (
+        [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    )
     cfgs = {name: load_config(f"quickstart/{name}", overrides) for name in MODELS + IMAGE_MODELS}
     gen = dict(GENPPL, samples=samples)
     zeroshot = dict(ZEROSHOT, limit=ZEROSHOT["limit"] if max_rows is None else min(ZEROSHOT["limit"], max_rows))
@@ -109,27 +135,64 @@ def run_quickstart(out: Path, *, force: bool = False, judge: str = "smollm2", st
 
         images = []
         for name in IMAGE_MODELS:
-            images.append(stages.record(f"bpd-{name}", dict(checkpoint(name), **BPD, max_rows=max_rows),
-                                        lambda: run_ppl(out / name, **BPD, max_rows=max_rows)))
+            images.append(
+                stages.record(
+                    f"bpd-{name}",
+                    dict(checkpoint(name), **BPD, max_rows=max_rows),
+                    lambda: run_ppl(out / name, **BPD, max_rows=max_rows),
+                )
+            )
             fid_kw = dict(FID, samples=min(FID["samples"], samples * 50))
-            images.append(stages.record(f"fid-{name}", dict(checkpoint(name), **fid_kw),
-                                        lambda: run_fid(out / name, **fid_kw)))
-        ppl, genppl, zs = text_stages(stages, cfgs, MODELS, ppl=dict(PPL, max_rows=max_rows), genppl=gen,
-                                      dtypes=("float32", "float64"), zeroshot=zeroshot, judge=judge)
+            images.append(
+                stages.record(f"fid-{name}", dict(checkpoint(name), **fid_kw), lambda: run_fid(out / name, **fid_kw))
+            )
+        ppl, genppl, zs = text_stages(
+            stages,
+            cfgs,
+            MODELS,
+            ppl=dict(PPL, max_rows=max_rows),
+            genppl=gen,
+            dtypes=("float32", "float64"),
+            zeroshot=zeroshot,
+            judge=judge,
+        )
         idle_paper = stages.record("idle-paper", IDLE_PAPER, lambda: idle_audit(**IDLE_PAPER).to_record())
-        idle_here_kw = dict(length=cfgs["arm"].data.seq_len, steps=cfgs["arm"].data.seq_len, ells=[1, 2, 4], runs=3,
-                            batch=gen["batch_size"])
+        idle_here_kw = dict(
+            length=cfgs["arm"].data.seq_len,
+            steps=cfgs["arm"].data.seq_len,
+            ells=[1, 2, 4],
+            runs=3,
+            batch=gen["batch_size"],
+        )
         idle_here = stages.record("idle-quickstart", idle_here_kw, lambda: idle_audit(**idle_here_kw).to_record())
         bound_kw = dict(BOUND)
-        bound = stages.record("bound-toy", bound_kw, lambda: toy_audit(
-            bound_kw["C"], bound_kw["ell"], bound_kw["L"], seeds=bound_kw["seeds"], seed=bound_kw["seed"]).to_record())
+        bound = stages.record(
+            "bound-toy",
+            bound_kw,
+            lambda: toy_audit(
+                bound_kw["C"], bound_kw["ell"], bound_kw["L"], seeds=bound_kw["seeds"], seed=bound_kw["seed"]
+            ).to_record(),
+        )
         target = precision["model"]
         prec_kw = {k: v for k, v in precision.items() if k != "model"}
-        prec = stages.record(f"precision-{target}", dict(checkpoint(target), **prec_kw), lambda: audit_checkpoint(
-            out / target, **prec_kw, sampler=None, entropy_base="e", log=log).record)
+        prec = stages.record(
+            f"precision-{target}",
+            dict(checkpoint(target), **prec_kw),
+            lambda: audit_checkpoint(out / target, **prec_kw, sampler=None, entropy_base="e", log=log).record,
+        )
         gumbel = stages.record("gumbel-mdlm-step", GUMBEL, lambda: gumbel_audit(**GUMBEL, log=log).to_record())
-    result = QuickstartRecords(records=out / "records", ppl=ppl, genppl=genppl, zeroshot=zs, idle_paper=idle_paper,
-                               idle_here=idle_here, bound=bound, precision=prec, gumbel=gumbel, images=images)
+    result = QuickstartRecords(
+        records=out / "records",
+        ppl=ppl,
+        genppl=genppl,
+        zeroshot=zs,
+        idle_paper=idle_paper,
+        idle_here=idle_here,
+        bound=bound,
+        precision=prec,
+        gumbel=gumbel,
+        images=images,
+    )
     write_report(result)
     return result
 
@@ -139,8 +202,17 @@ def checkpoint_config(name: str, cfg) -> dict[str, Any]:
     return {"checkpoint": name, "train": cfg.to_dict()}
 
 
-def text_stages(stages, cfgs: dict[str, Any], models, *, ppl: dict[str, Any], genppl: dict[str, Any], dtypes,
-                zeroshot: dict[str, Any], judge: str):
+def text_stages(
+    stages,
+    cfgs: dict[str, Any],
+    models,
+    *,
+    ppl: dict[str, Any],
+    genppl: dict[str, Any],
+    dtypes,
+    zeroshot: dict[str, Any],
+    judge: str,
+):
     """Perplexity, Gen PPL (per dtype, the judge loaded once and only when a stage needs it) and zero-shot
     records of the text ``models`` trained under ``stages.out``: (ppl, genppl, zeroshot) lists."""
     from harness.evaluation.genppl import run_genppl
@@ -148,8 +220,12 @@ def text_stages(stages, cfgs: dict[str, Any], models, *, ppl: dict[str, Any], ge
     from harness.lmeval import run_zeroshot
 
     out = stages.out
-    ppl_records = [stages.record(f"ppl-{name}", dict(checkpoint_config(name, cfgs[name]), **ppl),
-                                 lambda: run_ppl(out / name, **ppl)) for name in models]
+    ppl_records = [
+        stages.record(
+            f"ppl-{name}", dict(checkpoint_config(name, cfgs[name]), **ppl), lambda: run_ppl(out / name, **ppl)
+        )
+        for name in models
+    ]
     judge_obj, gen_records = None, []
     for dtype in dtypes:
         for name in models:
@@ -159,12 +235,38 @@ def text_stages(stages, cfgs: dict[str, Any], models, *, ppl: dict[str, Any], ge
 
                 stages.log(f"loading the judge {judge!r} (once)")
                 judge_obj = load_judge(judge)
-            gen_records.append(stages.record(f"genppl-{name}-{dtype}", config, lambda: run_genppl(
-                out / name, dtype=dtype, judge=judge, judge_obj=judge_obj, **genppl)[0]))
-    zs = [stages.record(f"zeroshot-{name}", dict(checkpoint_config(name, cfgs[name]), **zeroshot),
-                        lambda: run_zeroshot(out / name, **zeroshot)) for name in models]
+            gen_records.append(
+                stages.record(
+                    f"genppl-{name}-{dtype}",
+                    config,
+                    lambda: run_genppl(out / name, dtype=dtype, judge=judge, judge_obj=judge_obj, **genppl)[0],
+                )
+            )
+    zs = [
+        stages.record(
+            f"zeroshot-{name}",
+            dict(checkpoint_config(name, cfgs[name]), **zeroshot),
+            lambda: run_zeroshot(out / name, **zeroshot),
+        )
+        for name in models
+    ]
     return ppl_records, gen_records, zs
 
 
-__all__ = ["BOUND", "FID", "GENPPL", "GUMBEL", "IDLE_PAPER", "IMAGE_MODELS", "MODELS", "PPL", "PRECISION",
-           "QuickstartRecords", "ZEROSHOT", "checkpoint_config", "run_quickstart", "stage_count", "text_stages"]
+__all__ = [
+    "BOUND",
+    "FID",
+    "GENPPL",
+    "GUMBEL",
+    "IDLE_PAPER",
+    "IMAGE_MODELS",
+    "MODELS",
+    "PPL",
+    "PRECISION",
+    "QuickstartRecords",
+    "ZEROSHOT",
+    "checkpoint_config",
+    "run_quickstart",
+    "stage_count",
+    "text_stages",
+]

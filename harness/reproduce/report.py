@@ -8,9 +8,10 @@ are drawn from the same records, so ``primebench table`` and the files always ag
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -100,22 +101,44 @@ def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Pa
             continue
         kind = r["metrics"]["nll"].get("kind", "estimate")
         name = {"exact": "exact NLL", "bound": "valid bound (<=)"}.get(kind, kind)
-        ax.barh(y, main[0], xerr=main[1], height=0.38, color="tab:blue" if kind == "exact" else "tab:green",
-                capsize=3, label=None if name in shown else name)
+        ax.barh(
+            y,
+            main[0],
+            xerr=main[1],
+            height=0.38,
+            color="tab:blue" if kind == "exact" else "tab:green",
+            capsize=3,
+            label=None if name in shown else name,
+        )
         shown.add(name)
         joint = _metric(r, "nll_token_joint")
         if joint is not None:
-            ax.barh(y - 0.4, joint[0], xerr=joint[1], height=0.38, color="tab:orange", hatch="//", capsize=3,
-                    label=None if "paper" in shown else "paper objective (not a bound)")
+            ax.barh(
+                y - 0.4,
+                joint[0],
+                xerr=joint[1],
+                height=0.38,
+                color="tab:orange",
+                hatch="//",
+                capsize=3,
+                label=None if "paper" in shown else "paper objective (not a bound)",
+            )
             shown.add("paper")
         labels.append((y - (0.2 if joint is not None else 0.0), _label(r)))
         y -= 1.2
-    refs = next((r["references"] for r in reversed(records) if isinstance(r.get("references"), dict)
-                 and "unigram" in r["references"]), None)
+    refs = next(
+        (
+            r["references"]
+            for r in reversed(records)
+            if isinstance(r.get("references"), dict) and "unigram" in r["references"]
+        ),
+        None,
+    )
     if refs is not None:
         for name, style in (("unigram", "--"), ("bigram", ":")):
-            ax.axvline(refs[name]["nll"]["value"], color="gray", linestyle=style, linewidth=1,
-                       label=f"{name} reference")
+            ax.axvline(
+                refs[name]["nll"]["value"], color="gray", linestyle=style, linewidth=1, label=f"{name} reference"
+            )
     ax.set_yticks([p for p, _ in labels], [n for _, n in labels])
     ax.set_xlabel("nats per token (lower is better; ± one standard error)")
     ax.set_title(title)
@@ -137,8 +160,17 @@ def plot_genppl(records: Sequence[dict[str, Any]], path: Path, *, title: str) ->
         if g is None or h is None:
             continue
         name, dtype = _label(r), str(r.get("protocol", {}).get("dtype"))
-        line = ax.errorbar(h[0], g[0], xerr=h[1], yerr=g[1], marker=markers.get(dtype, "^"), capsize=3,
-                           linestyle="none", color=colors.get(name), label=f"{name} {dtype}")
+        line = ax.errorbar(
+            h[0],
+            g[0],
+            xerr=h[1],
+            yerr=g[1],
+            marker=markers.get(dtype, "^"),
+            capsize=3,
+            linestyle="none",
+            color=colors.get(name),
+            label=f"{name} {dtype}",
+        )
         colors.setdefault(name, line.lines[0].get_color())
     ax.set_yscale("log")
     ax.set_xlabel("unigram entropy per sample (nats, model ids)")
@@ -219,14 +251,21 @@ def quickstart_sections(result) -> list[Section]:
         Section("Zero-shot on the local tasks (lm-eval)", result.zeroshot, "zeroshot"),
         Section("Idle-step audit", [result.idle_paper, result.idle_here], view=render_idle),
         Section("Bound audit on enumerable toy models", [result.bound], "bound"),
-        Section("Precision audit of the quickstart MDLM (C = 1000)", [result.precision], "precision",
-                note="MDLM's joint draw in float32 and float64, same seed. At a 1000-token vocabulary a token's "
-                     "share of a step stays far above 2^-24, so the two dtypes should agree within their standard "
-                     "errors; `primebench reproduce precision` shows the effect at GPT-2's vocabulary."),
+        Section(
+            "Precision audit of the quickstart MDLM (C = 1000)",
+            [result.precision],
+            "precision",
+            note="MDLM's joint draw in float32 and float64, same seed. At a 1000-token vocabulary a token's "
+            "share of a step stays far above 2^-24, so the two dtypes should agree within their standard "
+            "errors; `primebench reproduce precision` shows the effect at GPT-2's vocabulary.",
+        ),
         Section("Gumbel audit: MDLM's first ancestral step at V = 50257", [result.gumbel], view=render_gumbel),
         Section("Digits: bits per dimension", [r for r in result.images if r["evaluation"] == "ppl"], "ppl"),
-        Section("Digits: FID in a digits classifier's features", [r for r in result.images if r["evaluation"] == "fid"],
-                "fid"),
+        Section(
+            "Digits: FID in a digits classifier's features",
+            [r for r in result.images if r["evaluation"] == "fid"],
+            "fid",
+        ),
     ]
 
 
@@ -236,15 +275,23 @@ def write_report(result) -> list[Path]:
     from harness.io import atomic_write_text
 
     out = result.out
-    preamble = ("Every table is a view of the JSON records in `records/` (`primebench table records/NAME.json`). "
-                "`<=` marks a valid upper bound, `†` Prime's paper objective (not a bound), `~` an estimate; "
-                "`±` is one standard error.")
-    paths = [atomic_write_text(out / "tables.md", sections_markdown("primebench reproduce quickstart",
-                                                                    quickstart_sections(result), preamble))]
+    preamble = (
+        "Every table is a view of the JSON records in `records/` (`primebench table records/NAME.json`). "
+        "`<=` marks a valid upper bound, `†` Prime's paper objective (not a bound), `~` an estimate; "
+        "`±` is one standard error."
+    )
+    paths = [
+        atomic_write_text(
+            out / "tables.md",
+            sections_markdown("primebench reproduce quickstart", quickstart_sections(result), preamble),
+        )
+    ]
     paths.append(plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"))
     paths.append(plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float32 vs float64"))
     paths.append(plot_record(result.precision, out / "precision.png"))
-    training = plot_training(result.ppl, out / "training.png", title="Validation loss during training, against the unigram reference")
+    training = plot_training(
+        result.ppl, out / "training.png", title="Validation loss during training, against the unigram reference"
+    )
     return paths + ([training] if training else [])
 
 
@@ -260,8 +307,11 @@ def _rows_by(record: dict[str, Any]) -> dict[tuple[Any, str], dict[str, Any]]:
 
 _STATISTICS = {
     "entropy": ("entropy per sample", "nats per sample of L = {L} model token ids"),
-    "surprisal": ("marginal surprisal", "nats per token, -log p(x) under the model's all-masked marginal "
-                                        "(entropy {H:.4f} nats), mean of each sample's mean over its L = {L} tokens"),
+    "surprisal": (
+        "marginal surprisal",
+        "nats per token, -log p(x) under the model's all-masked marginal "
+        "(entropy {H:.4f} nats), mean of each sample's mean over its L = {L} tokens",
+    ),
 }
 
 
@@ -280,31 +330,59 @@ def precision_table(result, model: str, statistic: str = "entropy"):
         return Cell() if m is None else Cell(m["value"], m.get("stderr"), m.get("kind"))
 
     law = statistic == "entropy"
-    columns = (Column("steps", "steps T", False), Column("dtype", "dtype", False),
-               Column("joint", "joint draw, measured"), Column("two_stage", "two-stage draw, measured"),
-               Column("predicted", "predicted, context-free")) + ((Column("law", "predicted law entropy"),) if law else ())
-    rows = [(Cell(text=str(T)), Cell(text=dtype), cell(joint.get((T, dtype))), cell(two.get((T, dtype))),
-             cell(pred.get((T, dtype)))) + ((cell(pred.get((T, dtype)), "law_entropy"),) if law else ())
-            for (T, dtype) in sorted(joint, key=lambda k: (k[0], k[1]))]
-    rows += [(Cell(text="per unit"), Cell(text=f"{c['protocol']['dtype']} ({c['protocol']['sampler']})"),
-              cell(c["metrics"]), Cell(), Cell()) + ((Cell(),) if law else ()) for c in controls]
+    columns = (
+        Column("steps", "steps T", False),
+        Column("dtype", "dtype", False),
+        Column("joint", "joint draw, measured"),
+        Column("two_stage", "two-stage draw, measured"),
+        Column("predicted", "predicted, context-free"),
+    ) + ((Column("law", "predicted law entropy"),) if law else ())
+    rows = [
+        (
+            Cell(text=str(T)),
+            Cell(text=dtype),
+            cell(joint.get((T, dtype))),
+            cell(two.get((T, dtype))),
+            cell(pred.get((T, dtype))),
+        )
+        + ((cell(pred.get((T, dtype)), "law_entropy"),) if law else ())
+        for (T, dtype) in sorted(joint, key=lambda k: (k[0], k[1]))
+    ]
+    rows += [
+        (
+            Cell(text="per unit"),
+            Cell(text=f"{c['protocol']['dtype']} ({c['protocol']['sampler']})"),
+            cell(c["metrics"]),
+            Cell(),
+            Cell(),
+        )
+        + ((Cell(),) if law else ())
+        for c in controls
+    ]
     audit = result.audits[f"{model}-joint"]["protocol"]
     prediction = result.predictions[model]["protocol"]
     title, units = _STATISTICS[statistic]
     units = units.format(L=prediction["seq_len"], H=prediction["marginal_entropy"])
     if law:
-        predicted = (f"predicted: the exact law of the draw for the model's all-masked output averaged over positions "
-                     f"(entropy {prediction['marginal_entropy']:.4f} nats), {prediction['mc_samples']} Monte-Carlo "
-                     "samples of L tokens; it ignores context, so compare its float32-float64 gap, not its level. "
-                     "law: entropy of that token law (population, not per sample).")
+        predicted = (
+            f"predicted: the exact law of the draw for the model's all-masked output averaged over positions "
+            f"(entropy {prediction['marginal_entropy']:.4f} nats), {prediction['mc_samples']} Monte-Carlo "
+            "samples of L tokens; it ignores context, so compare its float32-float64 gap, not its level. "
+            "law: entropy of that token law (population, not per sample)."
+        )
     else:
-        predicted = ("predicted: the expected surprisal of a token drawn from the exact law of the draw for the "
-                     "model's all-masked output averaged over positions; it ignores context, so compare its "
-                     "float32-float64 gap, not its level.")
+        predicted = (
+            "predicted: the expected surprisal of a token drawn from the exact law of the draw for the "
+            "model's all-masked output averaged over positions; it ignores context, so compare its "
+            "float32-float64 gap, not its level."
+        )
     notes = (
         Footnote("estimate", "estimate (sampled, Monte Carlo, or the context-free prediction)"),
-        Footnote(None, f"{statistic}: {units}; mean over {audit['num_samples']} samples, ± one standard error; every "
-                       f"run seeded {audit['seed']}; method {audit['method']}."),
+        Footnote(
+            None,
+            f"{statistic}: {units}; mean over {audit['num_samples']} samples, ± one standard error; every "
+            f"run seeded {audit['seed']}; method {audit['method']}.",
+        ),
         Footnote(None, predicted),
     )
     name = result.audits[f"{model}-joint"]["model"].get("name")
@@ -324,7 +402,11 @@ def drop_table(result, model: str):
         hi, lo = (rows.get((T, d), {}).get(name) for d in ("float64", "float32"))
         if hi is None or lo is None:
             return None
-        se = None if hi.get("stderr") is None or lo.get("stderr") is None else (hi["stderr"] ** 2 + lo["stderr"] ** 2) ** 0.5
+        se = (
+            None
+            if hi.get("stderr") is None or lo.get("stderr") is None
+            else (hi["stderr"] ** 2 + lo["stderr"] ** 2) ** 0.5
+        )
         return hi["value"] - lo["value"], se
 
     rows = []
@@ -335,16 +417,33 @@ def drop_table(result, model: str):
                 continue
             z = "–" if not measured[1] else f"{measured[0] / measured[1]:.1f}"
             control, predicted = drop(two, T, name), drop(pred, T, name)
-            rows.append((Cell(text=str(T)), Cell(text=name), Cell(measured[0], measured[1], "estimate"), Cell(text=z),
-                         Cell() if control is None else Cell(control[0], control[1], "estimate"),
-                         Cell() if predicted is None else Cell(predicted[0], predicted[1], "estimate")))
-    columns = (Column("steps", "steps T", False), Column("statistic", "statistic", False),
-               Column("joint", "joint draw: fp64 - fp32"), Column("z", "in standard errors", False),
-               Column("two_stage", "two-stage: fp64 - fp32"), Column("predicted", "predicted: fp64 - fp32"))
-    notes = (Footnote("estimate", "estimate (sampled, Monte Carlo, or the context-free prediction)"),
-             Footnote(None, "a positive difference is the float32 drop; its standard error is sqrt(se64^2 + se32^2) "
-                            "(the two dtypes draw different uniforms from the same seed, so they are not paired). "
-                            "entropy: nats per sample; surprisal: nats per token under the all-masked marginal."))
+            rows.append(
+                (
+                    Cell(text=str(T)),
+                    Cell(text=name),
+                    Cell(measured[0], measured[1], "estimate"),
+                    Cell(text=z),
+                    Cell() if control is None else Cell(control[0], control[1], "estimate"),
+                    Cell() if predicted is None else Cell(predicted[0], predicted[1], "estimate"),
+                )
+            )
+    columns = (
+        Column("steps", "steps T", False),
+        Column("statistic", "statistic", False),
+        Column("joint", "joint draw: fp64 - fp32"),
+        Column("z", "in standard errors", False),
+        Column("two_stage", "two-stage: fp64 - fp32"),
+        Column("predicted", "predicted: fp64 - fp32"),
+    )
+    notes = (
+        Footnote("estimate", "estimate (sampled, Monte Carlo, or the context-free prediction)"),
+        Footnote(
+            None,
+            "a positive difference is the float32 drop; its standard error is sqrt(se64^2 + se32^2) "
+            "(the two dtypes draw different uniforms from the same seed, so they are not paired). "
+            "entropy: nats per sample; surprisal: nats per token under the all-masked marginal.",
+        ),
+    )
     name = result.audits[f"{model}-joint"]["model"].get("name")
     return Table("precision", f"Precision audit of {name}: the float32 drop", columns, tuple(rows), notes, len(rows))
 
@@ -357,26 +456,44 @@ def plot_precision_comparison(result, path: Path) -> Path:
     from matplotlib.ticker import NullFormatter
 
     models = _precision_models(result)
-    statistics = ["entropy"] + (["surprisal"] if any(_has_surprisal(result.audits[f"{m}-joint"]) for m in models) else [])
+    statistics = ["entropy"] + (
+        ["surprisal"] if any(_has_surprisal(result.audits[f"{m}-joint"]) for m in models) else []
+    )
     fig = Figure(figsize=(6.0 * len(models), 4.2 * len(statistics)))
-    styles = {"joint": ("-", "o", "joint draw"), "two-stage": ("--", "s", "two-stage"), "predicted": (":", "^", "predicted")}
-    labels = {"entropy": "unigram entropy per sample (nats)", "surprisal": "-log p(x), all-masked marginal (nats/token)"}
+    styles = {
+        "joint": ("-", "o", "joint draw"),
+        "two-stage": ("--", "s", "two-stage"),
+        "predicted": (":", "^", "predicted"),
+    }
+    labels = {
+        "entropy": "unigram entropy per sample (nats)",
+        "surprisal": "-log p(x), all-masked marginal (nats/token)",
+    }
     colors = {"float32": "tab:red", "float64": "tab:blue"}
     for j, statistic in enumerate(statistics):
         for i, model in enumerate(models):
             ax = fig.add_subplot(len(statistics), len(models), j * len(models) + i + 1)
-            series = {"joint": _rows_by(result.audits[f"{model}-joint"]),
-                      "two-stage": _rows_by(result.audits[f"{model}-two-stage"]),
-                      "predicted": _rows_by(result.predictions[model])}
+            series = {
+                "joint": _rows_by(result.audits[f"{model}-joint"]),
+                "two-stage": _rows_by(result.audits[f"{model}-two-stage"]),
+                "predicted": _rows_by(result.predictions[model]),
+            }
             for kind, rows in series.items():
                 for dtype in ("float32", "float64"):
                     pts = sorted((T, m[statistic]) for (T, d), m in rows.items() if d == dtype and statistic in m)
                     if not pts:
                         continue
                     line, marker, label = styles[kind]
-                    ax.errorbar([T for T, _ in pts], [m["value"] for _, m in pts],
-                                yerr=[m.get("stderr") or 0.0 for _, m in pts], linestyle=line, marker=marker,
-                                capsize=3, color=colors[dtype], label=f"{label} {dtype}")
+                    ax.errorbar(
+                        [T for T, _ in pts],
+                        [m["value"] for _, m in pts],
+                        yerr=[m.get("stderr") or 0.0 for _, m in pts],
+                        linestyle=line,
+                        marker=marker,
+                        capsize=3,
+                        color=colors[dtype],
+                        label=f"{label} {dtype}",
+                    )
             ax.set_xscale("log")
             ticks = sorted({T for rows in series.values() for (T, _) in rows})
             ax.set_xticks(ticks, [str(t) for t in ticks])
@@ -400,8 +517,9 @@ def precision_sections(result) -> list[Section]:
         sections.append(Section(f"{m}: the float32 drop", [record], table=drop_table(result, m)))
         sections.append(Section(f"{m}: entropy per sample over steps", [record], table=precision_table(result, m)))
         if _has_surprisal(record):
-            sections.append(Section(f"{m}: marginal surprisal over steps", [record],
-                                    table=precision_table(result, m, "surprisal")))
+            sections.append(
+                Section(f"{m}: marginal surprisal over steps", [record], table=precision_table(result, m, "surprisal"))
+            )
     return sections
 
 
@@ -413,14 +531,19 @@ def write_precision_report(result) -> list[Path]:
     """``tables.md`` and ``precision.png`` of a ``reproduce precision`` run, next to its records."""
     from harness.io import atomic_write_text
 
-    preamble = ("MDLM's joint draw (MDLM's own categorical, `mdlm-legacy`) in float32 and float64 with the same seed, "
-                "the two-stage draw as a control, and what the exact law of the draw predicts for the model's "
-                "context-free marginal. Two statistics: the unigram entropy per sample (Zheng et al.'s, capped at "
-                "log L for samples of L tokens) and the marginal surprisal, -log p(x) of each sampled token under the "
-                "model's all-masked marginal p (a statistic of the whole token distribution: a draw that starves "
-                "rare tokens lowers it). Every number is a view of the records in `records/`.")
+    preamble = (
+        "MDLM's joint draw (MDLM's own categorical, `mdlm-legacy`) in float32 and float64 with the same seed, "
+        "the two-stage draw as a control, and what the exact law of the draw predicts for the model's "
+        "context-free marginal. Two statistics: the unigram entropy per sample (Zheng et al.'s, capped at "
+        "log L for samples of L tokens) and the marginal surprisal, -log p(x) of each sampled token under the "
+        "model's all-masked marginal p (a statistic of the whole token distribution: a draw that starves "
+        "rare tokens lowers it). Every number is a view of the records in `records/`."
+    )
     text = sections_markdown("primebench reproduce precision", precision_sections(result), preamble)
-    return [atomic_write_text(result.out / "tables.md", text), plot_precision_comparison(result, result.out / "precision.png")]
+    return [
+        atomic_write_text(result.out / "tables.md", text),
+        plot_precision_comparison(result, result.out / "precision.png"),
+    ]
 
 
 def idle_table(genppl_records):
@@ -436,16 +559,33 @@ def idle_table(genppl_records):
             continue
         T, L, ell = int(p["steps"]), int(p["seq_len"]), int(p.get("ell") or 1)
         se = nfe.get("stderr")
-        rows.append((Cell(text=_label(r)), Cell(text=str(ell)), Cell(text=str(T)),
-                     Cell(nfe["value"], se, "estimate", decimals=1),
-                     Cell(100 * (1 - nfe["value"] / T), None if se is None else 100 * se / T, "estimate", decimals=2),
-                     Cell(100 * (1 - 1 / T) ** (L * ell), 0.0, "exact", decimals=2)))
-    columns = (Column("model", "model", False), Column("ell", "ell", False), Column("steps", "steps T", False),
-               Column("nfe", "NFE per sample"), Column("isr", "measured ISR %"), Column("analytic", "analytic ISR %"))
-    notes = (Footnote("estimate", "estimate (sampled)"),
-             Footnote(None, "measured on the Gen-PPL samples (two-stage draw, cache on, T = L): the denoiser is called "
-                            "only at steps that reveal something, so NFE = T - idle steps (minus at most one call at "
-                            "the end); analytic: (1 - 1/T)^(L ell) for one sequence, linear schedule."))
+        rows.append(
+            (
+                Cell(text=_label(r)),
+                Cell(text=str(ell)),
+                Cell(text=str(T)),
+                Cell(nfe["value"], se, "estimate", decimals=1),
+                Cell(100 * (1 - nfe["value"] / T), None if se is None else 100 * se / T, "estimate", decimals=2),
+                Cell(100 * (1 - 1 / T) ** (L * ell), 0.0, "exact", decimals=2),
+            )
+        )
+    columns = (
+        Column("model", "model", False),
+        Column("ell", "ell", False),
+        Column("steps", "steps T", False),
+        Column("nfe", "NFE per sample"),
+        Column("isr", "measured ISR %"),
+        Column("analytic", "analytic ISR %"),
+    )
+    notes = (
+        Footnote("estimate", "estimate (sampled)"),
+        Footnote(
+            None,
+            "measured on the Gen-PPL samples (two-stage draw, cache on, T = L): the denoiser is called "
+            "only at steps that reveal something, so NFE = T - idle steps (minus at most one call at "
+            "the end); analytic: (1 - 1/T)^(L ell) for one sequence, linear schedule.",
+        ),
+    )
     return Table("idle", "Idle steps measured on the trained models", columns, tuple(rows), notes, len(rows))
 
 
@@ -459,17 +599,32 @@ def gap_table(ppl_records):
         if bound is None or joint is None:
             continue
         ell = r.get("protocol", {}).get("ell")
-        rows.append((Cell(text=_label(r)), Cell(text=str(ell)), Cell(bound[0], bound[1], "bound"),
-                     Cell(joint[0], joint[1], "paper-objective"),
-                     Cell(bound[0] - joint[0], (bound[1] ** 2 + joint[1] ** 2) ** 0.5, "estimate")))
-    columns = (Column("model", "model", False), Column("ell", "ell", False),
-               Column("bound", "valid bound (nats/token)"), Column("objective", "paper objective (nats/token)", mark="paper-objective"),
-               Column("gap", "bound - objective"))
-    notes = (Footnote("bound", "upper bound (the true value is at most this)"),
-             Footnote("paper-objective", "paper objective, not a bound"),
-             Footnote(None, "gap ± sqrt(se_bound^2 + se_objective^2): conservative, since both share every corruption. "
-                            "A positive gap is how far Prime's published objective sits below a number that is a valid "
-                            "bound for the same model and data."))
+        rows.append(
+            (
+                Cell(text=_label(r)),
+                Cell(text=str(ell)),
+                Cell(bound[0], bound[1], "bound"),
+                Cell(joint[0], joint[1], "paper-objective"),
+                Cell(bound[0] - joint[0], (bound[1] ** 2 + joint[1] ** 2) ** 0.5, "estimate"),
+            )
+        )
+    columns = (
+        Column("model", "model", False),
+        Column("ell", "ell", False),
+        Column("bound", "valid bound (nats/token)"),
+        Column("objective", "paper objective (nats/token)", mark="paper-objective"),
+        Column("gap", "bound - objective"),
+    )
+    notes = (
+        Footnote("bound", "upper bound (the true value is at most this)"),
+        Footnote("paper-objective", "paper objective, not a bound"),
+        Footnote(
+            None,
+            "gap ± sqrt(se_bound^2 + se_objective^2): conservative, since both share every corruption. "
+            "A positive gap is how far Prime's published objective sits below a number that is a valid "
+            "bound for the same model and data.",
+        ),
+    )
     return Table("ppl", "MDM-Prime: paper objective against the valid bound", columns, tuple(rows), notes, len(rows))
 
 
@@ -480,8 +635,11 @@ def small_sections(result) -> list[Section]:
     return [
         Section("Perplexity on the validation split", result.ppl, "ppl"),
         Section("Perplexity over training seeds", result.ppl if several else (), table=seed_table(result.ppl)),
-        Section("Differences between models against the seed spread", result.ppl if several else (),
-                table=seed_difference_table(result.ppl)),
+        Section(
+            "Differences between models against the seed spread",
+            result.ppl if several else (),
+            table=seed_difference_table(result.ppl),
+        ),
         Section("Prime: paper objective against the valid bound", result.ppl, table=gap_table(result.ppl)),
         Section("Generative perplexity, float64 draws", result.genppl, "genppl"),
         Section("Zero-shot on the local tasks (lm-eval)", result.zeroshot, "zeroshot"),
@@ -494,18 +652,49 @@ def write_small_report(result) -> list[Path]:
     from harness.io import atomic_write_text
 
     out = result.out
-    preamble = ("Every table is a view of the JSON records in `records/`. `<=` marks a valid upper bound, `†` Prime's "
-                "paper objective (not a bound), `~` an estimate; `±` is one standard error.")
-    return [atomic_write_text(out / "tables.md", sections_markdown("primebench reproduce small", small_sections(result),
-                                                                   preamble)),
-            plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"),
-            plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float64")] + [
-            p for p in [plot_training(result.ppl, out / "training.png",
-                                      title="Validation loss during training, against the unigram reference")] if p]
+    preamble = (
+        "Every table is a view of the JSON records in `records/`. `<=` marks a valid upper bound, `†` Prime's "
+        "paper objective (not a bound), `~` an estimate; `±` is one standard error."
+    )
+    return [
+        atomic_write_text(
+            out / "tables.md", sections_markdown("primebench reproduce small", small_sections(result), preamble)
+        ),
+        plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"),
+        plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float64"),
+    ] + [
+        p
+        for p in [
+            plot_training(
+                result.ppl, out / "training.png", title="Validation loss during training, against the unigram reference"
+            )
+        ]
+        if p
+    ]
 
 
-__all__ = ["plot_training", "training_curves", "Section", "drop_table", "gap_table", "published_table", "write_preset_report", "idle_table", "small_sections", "write_small_report", "plot_precision_comparison", "precision_sections", "precision_table", "write_precision_report", "plot_genppl", "plot_nll", "print_sections", "quickstart_sections", "sections_markdown",
-           "write_report"]
+__all__ = [
+    "plot_training",
+    "training_curves",
+    "Section",
+    "drop_table",
+    "gap_table",
+    "published_table",
+    "write_preset_report",
+    "idle_table",
+    "small_sections",
+    "write_small_report",
+    "plot_precision_comparison",
+    "precision_sections",
+    "precision_table",
+    "write_precision_report",
+    "plot_genppl",
+    "plot_nll",
+    "print_sections",
+    "quickstart_sections",
+    "sections_markdown",
+    "write_report",
+]
 
 
 # -- paper-scale presets: our records beside the published numbers ------------------------------------
@@ -545,13 +734,22 @@ def published_table(preset: str, records: list[dict[str, Any]]):
         return str(r.get("model", {}).get("name") or r.get("model", {}).get("family") or "?")
 
     if preset == "owt":
-        columns = (Column("ppl", "perplexity (exact or valid bound)"),
-                   Column("objective", "perplexity, paper objective", mark="paper-objective"))
+        columns = (
+            Column("ppl", "perplexity (exact or valid bound)"),
+            Column("objective", "perplexity, paper objective", mark="paper-objective"),
+        )
         for r in (r for r in records if r.get("evaluation") == "ppl"):
             ours.append((name(r), (_ours(r, "ppl") or Cell(), _ours(r, "ppl_token_joint") or Cell())))
-        published = [(row["model"], (_published(row, "ppl") if row.get("kind") != "paper objective" else Cell(),
-                                     _published(row, "ppl") if row.get("kind") == "paper objective" else Cell()))
-                     for row in spec.published]
+        published = [
+            (
+                row["model"],
+                (
+                    _published(row, "ppl") if row.get("kind") != "paper objective" else Cell(),
+                    _published(row, "ppl") if row.get("kind") == "paper objective" else Cell(),
+                ),
+            )
+            for row in spec.published
+        ]
     elif preset == "zeroshot":
         columns = tuple(Column(ds, ds) for ds in ZEROSHOT_SETS)
         by_model: dict[tuple[str, str], dict[str, Cell]] = {}
@@ -561,28 +759,52 @@ def published_table(preset: str, records: list[dict[str, Any]]):
                 cell = _ours(r, metric)
                 if cell is not None and ds in ZEROSHOT_SETS:
                     by_model.setdefault((name(r), label), {})[ds] = cell
-        ours = [(m + label, tuple(cells.get(ds, Cell()) for ds in ZEROSHOT_SETS))
-                for (m, label), cells in sorted(by_model.items())]
+        ours = [
+            (m + label, tuple(cells.get(ds, Cell()) for ds in ZEROSHOT_SETS))
+            for (m, label), cells in sorted(by_model.items())
+        ]
         published = [(row["model"], tuple(_published(row, ds) for ds in ZEROSHOT_SETS)) for row in spec.published]
     elif preset == "genppl":
-        columns = (Column("steps", "steps T", False), Column("dtype", "dtype", False),
-                   Column("gen_ppl", "Gen PPL"), Column("entropy", "entropy (nats)"))
+        columns = (
+            Column("steps", "steps T", False),
+            Column("dtype", "dtype", False),
+            Column("gen_ppl", "Gen PPL"),
+            Column("entropy", "entropy (nats)"),
+        )
         for r in (r for r in records if r.get("evaluation") == "genppl"):
             p = r.get("protocol", {})
-            ours.append((name(r), (Cell(text=str(p.get("steps"))), Cell(text=str(p.get("dtype"))),
-                                   _ours(r, "gen_ppl") or Cell(), _ours(r, "entropy_model") or Cell())))
-        published = [(row["model"], (Cell(text="–"), Cell(text="–"), _published(row, "gen_ppl"),
-                                      _published(row, "entropy"))) for row in spec.published]
+            ours.append(
+                (
+                    name(r),
+                    (
+                        Cell(text=str(p.get("steps"))),
+                        Cell(text=str(p.get("dtype"))),
+                        _ours(r, "gen_ppl") or Cell(),
+                        _ours(r, "entropy_model") or Cell(),
+                    ),
+                )
+            )
+        published = [
+            (row["model"], (Cell(text="–"), Cell(text="–"), _published(row, "gen_ppl"), _published(row, "entropy")))
+            for row in spec.published
+        ]
     elif preset == "precision":
-        columns = (Column("steps", "steps T", False), Column("dtype", "dtype", False),
-                   Column("entropy", "entropy per sample (nats)"))
+        columns = (
+            Column("steps", "steps T", False),
+            Column("dtype", "dtype", False),
+            Column("entropy", "entropy per sample (nats)"),
+        )
         for r in (r for r in records if r.get("evaluation") == "precision"):
             for row in r.get("rows", []):
                 p, m = row["protocol"], row["metrics"].get("entropy")
                 cell = Cell() if m is None else Cell(m["value"], m.get("stderr"), m.get("kind"), decimals=3)
-                ours.append((f"{name(r)} ({p['sampler']})", (Cell(text=str(p.get("steps"))), Cell(text=p["dtype"]), cell)))
-        published = [(row["model"], (Cell(text=str(row.get("steps"))), Cell(text="–"), _published(row, "entropy")))
-                     for row in spec.published]
+                ours.append(
+                    (f"{name(r)} ({p['sampler']})", (Cell(text=str(p.get("steps"))), Cell(text=p["dtype"]), cell))
+                )
+        published = [
+            (row["model"], (Cell(text=str(row.get("steps"))), Cell(text="–"), _published(row, "entropy")))
+            for row in spec.published
+        ]
     elif preset == "cifar10-fid":
         columns = (Column("fid", "FID (Inception)"), Column("is", "IS"))
         for r in (r for r in records if r.get("evaluation") == "fid"):
@@ -594,11 +816,16 @@ def published_table(preset: str, records: list[dict[str, Any]]):
     columns = (Column("model", "model", False), Column("source", "source", False)) + columns
     rows = [(Cell(text=m), Cell(text="ours")) + cells for m, cells in ours]
     rows += [(Cell(text=m), Cell(text="published")) + cells for m, cells in published]
-    notes = (Footnote("bound", "upper bound (the true value is at most this)"),
-             Footnote("paper-objective", "paper objective, not a bound"),
-             Footnote("estimate", "estimate (sampled)"),
-             Footnote(None, f"published: {spec.reproduces}; quoted as printed there (no standard errors), not "
-                            "computed here. ours: the records of this run, ± one standard error."))
+    notes = (
+        Footnote("bound", "upper bound (the true value is at most this)"),
+        Footnote("paper-objective", "paper objective, not a bound"),
+        Footnote("estimate", "estimate (sampled)"),
+        Footnote(
+            None,
+            f"published: {spec.reproduces}; quoted as printed there (no standard errors), not "
+            "computed here. ours: the records of this run, ± one standard error.",
+        ),
+    )
     return Table(preset, spec.title, columns, tuple(rows), notes, len(rows))
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 Z = 2.0  # how many seed standard errors a difference must exceed
 _SEED_NAME = re.compile(r"^(?P<base>.+)-seed(?P<seed>[1-9][0-9]*)$")
@@ -103,7 +104,7 @@ class SeedDifference:
     def stderr(self) -> float | None:
         if self.a.spread is None or self.b.spread is None:
             return None
-        return math.sqrt(self.a.spread ** 2 / self.a.n + self.b.spread ** 2 / self.b.n)
+        return math.sqrt(self.a.spread**2 / self.a.n + self.b.spread**2 / self.b.n)
 
     @property
     def exceeds_spread(self) -> bool | None:
@@ -141,16 +142,23 @@ def summarise(ppl_records: Sequence[dict[str, Any]], metric: str = "nll") -> lis
         ms = [r["metrics"][metric] for r in records]
         refs = [r.get("references", {}).get("unigram", {}).get("nll", {}).get("value") for r in records]
         refs = [x for x in refs if x is not None]
-        out.append(SeedSummary(model=model, metric=metric, kind=ms[0].get("kind"), seeds=seeds,
-                               values=tuple(float(x["value"]) for x in ms),
-                               stderrs=tuple(float(x.get("stderr") or 0.0) for x in ms),
-                               reference=(math.fsum(refs) / len(refs)) if refs else None))
+        out.append(
+            SeedSummary(
+                model=model,
+                metric=metric,
+                kind=ms[0].get("kind"),
+                seeds=seeds,
+                values=tuple(float(x["value"]) for x in ms),
+                stderrs=tuple(float(x.get("stderr") or 0.0) for x in ms),
+                reference=(math.fsum(refs) / len(refs)) if refs else None,
+            )
+        )
     return out
 
 
 def differences(summaries: Sequence[SeedSummary]) -> list[SeedDifference]:
     """Every pair of models, in table order."""
-    return [SeedDifference(a, b) for i, a in enumerate(summaries) for b in summaries[i + 1:]]
+    return [SeedDifference(a, b) for i, a in enumerate(summaries) for b in summaries[i + 1 :]]
 
 
 def _num(x: float | None, missing: str = "–") -> str:
@@ -173,25 +181,41 @@ def seed_table(ppl_records: Sequence[dict[str, Any]]):
     rows = []
     for s in summarise(ppl_records, "nll"):
         j = objective.get(s.model)
-        spread = s.spread
-        rows.append((Cell(text=s.model), Cell(text=str(s.n)), _mean_cell(s, s.kind),
-                     Cell(text=_num(s.spread, "– (1 seed)")), Cell(text=_num(s.mc_error)),
-                     Cell(text=f"{min(s.values):.4f} .. {max(s.values):.4f}"),
-                     _mean_cell(j, "paper-objective") if j else Cell(text="–"),
-                     Cell(text=_num(s.gap))))
-    columns = (Column("model", "model", False), Column("seeds", "seeds", False),
-               Column("mean", "mean NLL (nats/token)"), Column("spread", "seed sd"),
-               Column("mc", "MC error of the mean"), Column("range", "range over seeds", False),
-               Column("objective", "paper objective, mean", mark="paper-objective"),
-               Column("gap", "unigram ref - mean"))
-    notes = (Footnote("bound", "upper bound (the true value is at most this)"),
-             Footnote("paper-objective", "paper objective, not a bound"),
-             Footnote(None, "± after a mean: its standard error from the seeds (seed sd / sqrt(n)); with one seed, "
-                            "the Monte-Carlo error. seed sd: the "
-                            "standard deviation between seeds (ddof 1), which holds the training seed's effect and each "
-                            "evaluation's Monte-Carlo error; MC error of the mean: sqrt(sum se_i^2) / n from the "
-                            "records' own standard errors. Every seed is scored on the same tokens with the same "
-                            "evaluation seed."))
+        rows.append(
+            (
+                Cell(text=s.model),
+                Cell(text=str(s.n)),
+                _mean_cell(s, s.kind),
+                Cell(text=_num(s.spread, "– (1 seed)")),
+                Cell(text=_num(s.mc_error)),
+                Cell(text=f"{min(s.values):.4f} .. {max(s.values):.4f}"),
+                _mean_cell(j, "paper-objective") if j else Cell(text="–"),
+                Cell(text=_num(s.gap)),
+            )
+        )
+    columns = (
+        Column("model", "model", False),
+        Column("seeds", "seeds", False),
+        Column("mean", "mean NLL (nats/token)"),
+        Column("spread", "seed sd"),
+        Column("mc", "MC error of the mean"),
+        Column("range", "range over seeds", False),
+        Column("objective", "paper objective, mean", mark="paper-objective"),
+        Column("gap", "unigram ref - mean"),
+    )
+    notes = (
+        Footnote("bound", "upper bound (the true value is at most this)"),
+        Footnote("paper-objective", "paper objective, not a bound"),
+        Footnote(
+            None,
+            "± after a mean: its standard error from the seeds (seed sd / sqrt(n)); with one seed, "
+            "the Monte-Carlo error. seed sd: the "
+            "standard deviation between seeds (ddof 1), which holds the training seed's effect and each "
+            "evaluation's Monte-Carlo error; MC error of the mean: sqrt(sum se_i^2) / n from the "
+            "records' own standard errors. Every seed is scored on the same tokens with the same "
+            "evaluation seed.",
+        ),
+    )
     return Table("ppl", "Perplexity over training seeds", columns, tuple(rows), notes, len(ppl_records))
 
 
@@ -202,18 +226,42 @@ def seed_difference_table(ppl_records: Sequence[dict[str, Any]]):
     rows = []
     for d in differences(summarise(ppl_records, "nll")):
         verdict = {True: "yes", False: "no", None: "– (1 seed)"}[d.exceeds_spread]
-        rows.append((Cell(text=d.a.model), Cell(text=d.b.model), Cell(d.value, d.stderr, "estimate"),
-                     Cell(text=verdict)))
-    columns = (Column("a", "model a", False), Column("b", "model b", False),
-               Column("difference", "mean NLL a - b"), Column("exceeds", f"beyond {Z:g} seed SE", False))
-    notes = (Footnote("estimate", "estimate (a difference of a bound and a bound, or of a bound and the ARM's exact "
-                                  "NLL, is not itself a bound)"),
-             Footnote(None, f"± : sqrt(s_a^2/n_a + s_b^2/n_b) with s the seed sd; 'yes' when |difference| > {Z:g} of "
-                            "it. With two seeds per model each s rests on one degree of freedom, so this is a rough "
-                            "screen, not a test at a stated level."))
-    return Table("ppl", "Differences between models against the seed spread", columns, tuple(rows), notes,
-                 len(ppl_records))
+        rows.append(
+            (Cell(text=d.a.model), Cell(text=d.b.model), Cell(d.value, d.stderr, "estimate"), Cell(text=verdict))
+        )
+    columns = (
+        Column("a", "model a", False),
+        Column("b", "model b", False),
+        Column("difference", "mean NLL a - b"),
+        Column("exceeds", f"beyond {Z:g} seed SE", False),
+    )
+    notes = (
+        Footnote(
+            "estimate",
+            "estimate (a difference of a bound and a bound, or of a bound and the ARM's exact "
+            "NLL, is not itself a bound)",
+        ),
+        Footnote(
+            None,
+            f"± : sqrt(s_a^2/n_a + s_b^2/n_b) with s the seed sd; 'yes' when |difference| > {Z:g} of "
+            "it. With two seeds per model each s rests on one degree of freedom, so this is a rough "
+            "screen, not a test at a stated level.",
+        ),
+    )
+    return Table(
+        "ppl", "Differences between models against the seed spread", columns, tuple(rows), notes, len(ppl_records)
+    )
 
 
-__all__ = ["SeedDifference", "SeedSummary", "Z", "base_name", "differences", "seed_difference_table", "seed_name",
-           "seed_overrides", "seed_table", "summarise"]
+__all__ = [
+    "SeedDifference",
+    "SeedSummary",
+    "Z",
+    "base_name",
+    "differences",
+    "seed_difference_table",
+    "seed_name",
+    "seed_overrides",
+    "seed_table",
+    "summarise",
+]

@@ -42,13 +42,26 @@ def small_configs(seeds: int = 1, steps: int | None = None) -> dict[str, Any]:
 
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
-    overrides = [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
-    return {seed_name(name, seed): load_config(f"small/{name}", overrides + seed_overrides(seed))
-            for seed in range(seeds) for name in MODELS}
+    overrides = (
+        [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
+    )
+    return {
+        seed_name(name, seed): load_config(f"small/{name}", overrides + seed_overrides(seed))
+        for seed in range(seeds)
+        for name in MODELS
+    }
 
 
-def run_small(out: Path, *, force: bool = False, judge: str = "smollm2", steps: int | None = None,
-              max_rows: int | None = None, samples: int = GENPPL["samples"], seeds: int = 1) -> SmallRecords:
+def run_small(
+    out: Path,
+    *,
+    force: bool = False,
+    judge: str = "smollm2",
+    steps: int | None = None,
+    max_rows: int | None = None,
+    samples: int = GENPPL["samples"],
+    seeds: int = 1,
+) -> SmallRecords:
     """Train (or reuse) the ``small/`` models under ``out`` and compute (or reuse) every record.
 
     ``seeds``: training seeds per family (0 .. seeds-1, :mod:`harness.reproduce.seeds`); seed 0 is the
@@ -73,9 +86,16 @@ def run_small(out: Path, *, force: bool = False, judge: str = "smollm2", steps: 
             group = {seed_name(name, seed): cfgs[seed_name(name, seed)] for name in MODELS}
             for name, cfg in group.items():
                 stages.train(name, cfg)
-            records = text_stages(stages, group, tuple(group), ppl=dict(PPL, max_rows=max_rows),
-                                  genppl=dict(GENPPL, samples=samples, batch_size=min(GENPPL["batch_size"], samples)),
-                                  dtypes=("float64",), zeroshot=zeroshot, judge=judge)
+            records = text_stages(
+                stages,
+                group,
+                tuple(group),
+                ppl=dict(PPL, max_rows=max_rows),
+                genppl=dict(GENPPL, samples=samples, batch_size=min(GENPPL["batch_size"], samples)),
+                dtypes=("float64",),
+                zeroshot=zeroshot,
+                judge=judge,
+            )
             for into, got in zip((ppl, genppl, zs), records):
                 into.extend(got)
     result = SmallRecords(out=out, ppl=ppl, genppl=genppl, zeroshot=zs, seeds=seeds)

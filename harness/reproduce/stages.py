@@ -20,9 +20,10 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 STAGE_SCHEMA = "primebench-stage/1"
 
@@ -66,15 +67,25 @@ class Stages:
     def _write_manifest(self, name: str, config: dict[str, Any], status: str, **extra: Any) -> None:
         from harness.io import atomic_write_text
 
-        data = {"schema": STAGE_SCHEMA, "stage": name, "status": status, "hash": config_hash(config),
-                "config": config, **extra}
+        data = {
+            "schema": STAGE_SCHEMA,
+            "stage": name,
+            "status": status,
+            "hash": config_hash(config),
+            "config": config,
+            **extra,
+        }
         atomic_write_text(self._manifest_path(name), json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
     def matches(self, name: str, config: dict[str, Any], status: str = "done") -> bool:
         """True when stage ``name`` has ``status`` with this config (and ``force`` is off)."""
         found = self.manifest(name)
-        return (not self.force and found is not None and found.get("status") == status
-                and found.get("hash") == config_hash(config))
+        return (
+            not self.force
+            and found is not None
+            and found.get("status") == status
+            and found.get("hash") == config_hash(config)
+        )
 
     def _advance(self) -> None:
         if self.bar is not None and self.task is not None:
@@ -99,8 +110,9 @@ class Stages:
         began = time.perf_counter()
         record = make()
         atomic_write_text(path, record_json(record) + "\n")
-        self._write_manifest(name, config, "done", output=str(path.relative_to(self.out)),
-                             wall_s=round(time.perf_counter() - began, 3))
+        self._write_manifest(
+            name, config, "done", output=str(path.relative_to(self.out)), wall_s=round(time.perf_counter() - began, 3)
+        )
         self.ran.append(name)
         self._advance()
         return record

@@ -11,7 +11,6 @@ from harness.sampling.categorical import (
 )
 
 __all__ = ["METHODS", "apply_temperature", "nucleus_filter", "parse_dtype", "sample_categorical"]
-from harness.sampling.settings import SampleOutput, SamplerSettings  # noqa: E402
 from harness.sampling.samplers import (  # noqa: E402
     SAMPLERS,
     generate,
@@ -20,8 +19,15 @@ from harness.sampling.samplers import (  # noqa: E402
     samplers_for,
     token_by_token_sampler,
 )
+from harness.sampling.settings import SampleOutput, SamplerSettings  # noqa: E402
 
 __all__ += [
-    "SAMPLERS", "SampleOutput", "SamplerSettings", "generate", "get_sampler", "sampler_for", "samplers_for",
+    "SAMPLERS",
+    "SampleOutput",
+    "SamplerSettings",
+    "generate",
+    "get_sampler",
+    "sampler_for",
+    "samplers_for",
     "token_by_token_sampler",
 ]

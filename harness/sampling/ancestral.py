@@ -56,8 +56,9 @@ def time_grid(steps: int, t_end: float = 0.0) -> torch.Tensor:
     return t
 
 
-def _mdlm_joint(probs: torch.Tensor, m_t: float, m_s: float, settings: SamplerSettings,
-                generator: torch.Generator | None) -> torch.Tensor:
+def _mdlm_joint(
+    probs: torch.Tensor, m_t: float, m_s: float, settings: SamplerSettings, generator: torch.Generator | None
+) -> torch.Tensor:
     """(N, C) token probs at masked positions -> (N,) outcomes in [0, C]; outcome C = stay masked."""
     stay = probs.new_full((*probs.shape[:-1], 1), m_s)
     mass = torch.cat([probs * (m_t - m_s), stay], dim=-1)  # (N, C + 1)
@@ -70,8 +71,17 @@ def _reveal(masked: torch.Tensor, q: float, generator: torch.Generator | None) -
     return masked & (u < q)
 
 
-def _step(units: UnitModel, y: torch.Tensor, masked: torch.Tensor, probs: torch.Tensor, reveal: torch.Tensor | None,
-          m_t: float, m_s: float, settings: SamplerSettings, generator: torch.Generator | None) -> torch.Tensor:
+def _step(
+    units: UnitModel,
+    y: torch.Tensor,
+    masked: torch.Tensor,
+    probs: torch.Tensor,
+    reveal: torch.Tensor | None,
+    m_t: float,
+    m_s: float,
+    settings: SamplerSettings,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """One ancestral step from y (B, L, ell) given the denoiser's probs (B, L, C): the next state.
 
     ``reveal`` (two-stage draw) says which masked units are revealed; None means the joint draw."""
@@ -92,14 +102,20 @@ def _step(units: UnitModel, y: torch.Tensor, masked: torch.Tensor, probs: torch.
     still = masked[at]  # (N, ell)
     outcome = probs.new_tensor([m_s, m_t - m_s]).expand(int(still.sum()), 2)
     flags = torch.zeros_like(still)
-    flags[still] = sample_categorical(probs=outcome, method=settings.method, dtype=settings.dtype,
-                                      generator=generator) == 1
+    flags[still] = (
+        sample_categorical(probs=outcome, method=settings.method, dtype=settings.dtype, generator=generator) == 1
+    )
     y_next[at] = torch.where(flags, units.encode(x_hat), y[at])
     return y_next
 
 
-def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, generator: torch.Generator | None,
-                  prefix: torch.Tensor | None) -> BatchResult:
+def run_ancestral(
+    units: UnitModel,
+    rows: int,
+    settings: SamplerSettings,
+    generator: torch.Generator | None,
+    prefix: torch.Tensor | None,
+) -> BatchResult:
     """Draw ``rows`` samples with T = ``settings.steps`` ancestral steps (see the module docstring)."""
     steps = int(settings.steps)
     schedule = units.model.schedule
@@ -150,8 +166,11 @@ def run_ancestral(units: UnitModel, rows: int, settings: SamplerSettings, genera
     if units.subtokens:
         counts["invalid_codes"] = invalid
     return BatchResult(
-        tokens=units.decode(y), nfe=nfe, idle_steps=idle,
-        steps=torch.full((rows,), steps, dtype=torch.long, device=y.device), counts=counts,
+        tokens=units.decode(y),
+        nfe=nfe,
+        idle_steps=idle,
+        steps=torch.full((rows,), steps, dtype=torch.long, device=y.device),
+        counts=counts,
     )
 
 

@@ -16,8 +16,9 @@ from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import shaped_log_probs
 
 
-def run_autoregressive(model, rows: int, settings: SamplerSettings, generator: torch.Generator | None,
-                       prefix: torch.Tensor) -> BatchResult:
+def run_autoregressive(
+    model, rows: int, settings: SamplerSettings, generator: torch.Generator | None, prefix: torch.Tensor
+) -> BatchResult:
     """Draw ``rows`` sequences of length L continuing ``prefix`` (rows, P), P >= 1 (P >= 0 with a start token)."""
     L, P = int(model.seq_len), int(prefix.shape[1])
     device = model.device
@@ -25,8 +26,9 @@ def run_autoregressive(model, rows: int, settings: SamplerSettings, generator: t
     x[:, :P] = prefix.to(device)
     for i in range(P, L):
         log_p = shaped_log_probs(model.log_probs(x[:, :i])[:, -1], settings)  # (B, C)
-        x[:, i] = sample_categorical(probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype,
-                                     generator=generator)
+        x[:, i] = sample_categorical(
+            probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype, generator=generator
+        )
     return BatchResult(
         tokens=x,
         nfe=torch.full((rows,), L - P, dtype=torch.long, device=device),

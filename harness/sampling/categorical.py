@@ -31,14 +31,14 @@ invariant to a positive scale per row); NaN, negative or infinite probabilities 
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from collections.abc import Callable
 
 import torch
 
 from harness.errors import PrimebenchError
 from harness.registry import Registry
 
-DTypeLike = Union[torch.dtype, str]
+DTypeLike = torch.dtype | str
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -61,8 +61,9 @@ def parse_dtype(dtype: DTypeLike) -> torch.dtype:
     )
 
 
-def _draw_uniform(shape: torch.Size, *, dtype: torch.dtype, device: torch.device,
-                  generator: torch.Generator | None) -> torch.Tensor:
+def _draw_uniform(
+    shape: torch.Size, *, dtype: torch.dtype, device: torch.device, generator: torch.Generator | None
+) -> torch.Tensor:
     """U ~ Uniform[0, 1) in ``dtype`` on ``torch.rand``'s grid (kept separate so tests can audit it)."""
     return torch.rand(shape, dtype=dtype, device=device, generator=generator)
 
@@ -93,8 +94,9 @@ METHODS: tuple[str, ...] = ("gumbel", "race", "mdlm-legacy")
 
 def _check_probs(probs: torch.Tensor) -> None:
     if not probs.is_floating_point():
-        raise PrimebenchError(f"probs must be a floating tensor, got {probs.dtype}",
-                              fix="pass probabilities, or pass logits= instead")
+        raise PrimebenchError(
+            f"probs must be a floating tensor, got {probs.dtype}", fix="pass probabilities, or pass logits= instead"
+        )
     if probs.shape[-1:] == (0,) or probs.dim() == 0:
         raise PrimebenchError(f"probs must have a non-empty class dim (last), got shape {tuple(probs.shape)}")
     if not bool(((probs >= 0) & (probs < float("inf"))).all()):  # one pass; NaN fails both tests
@@ -104,8 +106,10 @@ def _check_probs(probs: torch.Tensor) -> None:
             raise PrimebenchError("probs contain negative values", fix="pass probabilities >= 0 (or logits=)")
         raise PrimebenchError("probs contain inf", fix="pass finite probabilities (or logits=)")
     if bool((probs.sum(-1) <= 0).any()):
-        raise PrimebenchError("a row of probs is all zero: there is no category to draw",
-                              fix="every row needs at least one positive probability")
+        raise PrimebenchError(
+            "a row of probs is all zero: there is no category to draw",
+            fix="every row needs at least one positive probability",
+        )
 
 
 def _check_logits(logits: torch.Tensor) -> None:
@@ -118,13 +122,19 @@ def _check_logits(logits: torch.Tensor) -> None:
     if bool((logits == float("inf")).any()):
         raise PrimebenchError("logits contain +inf", fix="mask classes with -inf, never +inf")
     if bool((logits == float("-inf")).all(-1).any()):
-        raise PrimebenchError("a row of logits is all -inf: there is no category to draw",
-                              fix="every row needs at least one finite logit")
+        raise PrimebenchError(
+            "a row of logits is all -inf: there is no category to draw", fix="every row needs at least one finite logit"
+        )
 
 
-def sample_categorical(probs: torch.Tensor | None = None, logits: torch.Tensor | None = None, *,
-                       method: str = "gumbel", dtype: DTypeLike = torch.float64,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_categorical(
+    probs: torch.Tensor | None = None,
+    logits: torch.Tensor | None = None,
+    *,
+    method: str = "gumbel",
+    dtype: DTypeLike = torch.float64,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Draw one category per row: ``(..., C) -> LongTensor (...)``.
 
     Exactly one of ``probs`` (>= 0, need not be normalised) or ``logits`` (unnormalised log-probs,
@@ -142,8 +152,10 @@ def sample_categorical(probs: torch.Tensor | None = None, logits: torch.Tensor |
         p = probs.to(dtype)
         impossible = p == 0
         if bool(impossible.all(-1).any()):
-            raise PrimebenchError(f"a row of probs underflows to zero in {dtype}",
-                                  fix="normalise the probabilities first, or sample in float64")
+            raise PrimebenchError(
+                f"a row of probs underflows to zero in {dtype}",
+                fix="normalise the probabilities first, or sample in float64",
+            )
         log_p = torch.log(p) if method == "gumbel" else p  # log_p is unused by race/mdlm-legacy
     else:
         _check_logits(logits)
@@ -155,8 +167,9 @@ def sample_categorical(probs: torch.Tensor | None = None, logits: torch.Tensor |
     return scores.argmax(dim=-1)
 
 
-def sample_inverse_cdf(probs: torch.Tensor, *, dtype: DTypeLike = torch.float64,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_inverse_cdf(
+    probs: torch.Tensor, *, dtype: DTypeLike = torch.float64, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Draw one category per row by inverting the CDF with one uniform: ``(..., C) -> LongTensor (...)``.
 
     The probabilities (>= 0, need not be normalised) are summed in ``dtype`` and U ~ ``torch.rand``
@@ -171,8 +184,10 @@ def sample_inverse_cdf(probs: torch.Tensor, *, dtype: DTypeLike = torch.float64,
     cdf = torch.cumsum(probs.to(dtype), dim=-1)
     total = cdf[..., -1:]
     if bool((total <= 0).any()):
-        raise PrimebenchError(f"a row of probs underflows to zero in {dtype}",
-                              fix="normalise the probabilities first, or sample in float64")
+        raise PrimebenchError(
+            f"a row of probs underflows to zero in {dtype}",
+            fix="normalise the probabilities first, or sample in float64",
+        )
     u = _draw_uniform(total.shape, dtype=dtype, device=cdf.device, generator=generator) * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # U * total < total: a real class
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_max(probs.shape[-1] - 1)
@@ -213,9 +228,19 @@ def nucleus_filter(probs: torch.Tensor, p: float, rule: str = "cross") -> torch.
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Normalised log-probabilities ``log_softmax(logits / temperature)`` over the last dim."""
     if not (temperature > 0 and temperature != float("inf")):
-        raise PrimebenchError(f"temperature must be a positive finite number, got {temperature!r}",
-                              fix="use 1.0 for no change; < 1 sharpens, > 1 flattens")
+        raise PrimebenchError(
+            f"temperature must be a positive finite number, got {temperature!r}",
+            fix="use 1.0 for no change; < 1 sharpens, > 1 flattens",
+        )
     return torch.log_softmax(logits / temperature, dim=-1)
 
 
-__all__ = ["METHODS", "NUCLEUS_RULES", "parse_dtype", "sample_categorical", "sample_inverse_cdf", "nucleus_filter", "apply_temperature"]
+__all__ = [
+    "METHODS",
+    "NUCLEUS_RULES",
+    "parse_dtype",
+    "sample_categorical",
+    "sample_inverse_cdf",
+    "nucleus_filter",
+    "apply_temperature",
+]

@@ -37,8 +37,13 @@ def next_reveal_time(schedule, tau: torch.Tensor, n: int, u: torch.Tensor) -> to
     return schedule.t_from_alpha(1.0 - u ** (1.0 / n) * schedule.mask_prob(tau))
 
 
-def run_first_hitting(units: UnitModel, rows: int, settings: SamplerSettings, generator: torch.Generator | None,
-                      prefix: torch.Tensor | None) -> BatchResult:
+def run_first_hitting(
+    units: UnitModel,
+    rows: int,
+    settings: SamplerSettings,
+    generator: torch.Generator | None,
+    prefix: torch.Tensor | None,
+) -> BatchResult:
     """Draw ``rows`` samples revealing one unit per step in uniformly random order."""
     schedule = units.model.schedule
     y = units.initial_state(rows, prefix)
@@ -63,15 +68,19 @@ def run_first_hitting(units: UnitModel, rows: int, settings: SamplerSettings, ge
         if units.subtokens:
             marginals = subtoken_log_marginals(log_p[:, None], base=units.base, ell=units.ell)[:, 0]
             log_p = marginals[arange, digit]  # (B, base)
-        value = sample_categorical(probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype,
-                                   generator=generator)
+        value = sample_categorical(
+            probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype, generator=generator
+        )
         flat[arange, unit] = value
     nfe = torch.full((rows,), n0, dtype=torch.long, device=device)
     y, invalid = resolve_invalid(units, y, 0.0, settings, generator, nfe)
     counts = {"invalid_codes": invalid} if units.subtokens else {}
     return BatchResult(
-        tokens=units.decode(y), nfe=nfe, idle_steps=torch.zeros(rows, dtype=torch.long, device=device),
-        steps=torch.full((rows,), n0, dtype=torch.long, device=device), counts=counts,
+        tokens=units.decode(y),
+        nfe=nfe,
+        idle_steps=torch.zeros(rows, dtype=torch.long, device=device),
+        steps=torch.full((rows,), n0, dtype=torch.long, device=device),
+        counts=counts,
         per_sample={"reveal_times": times.cpu()},
     )
 

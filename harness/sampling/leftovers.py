@@ -25,17 +25,23 @@ INVALID_RESOLUTION = (
 )
 
 
-def _draw_tokens(log_p: torch.Tensor, how: str, settings: SamplerSettings,
-                 generator: torch.Generator | None) -> torch.Tensor:
+def _draw_tokens(
+    log_p: torch.Tensor, how: str, settings: SamplerSettings, generator: torch.Generator | None
+) -> torch.Tensor:
     """(B, L, C) shaped log-probs -> (B, L) token ids by argmax or by a draw."""
     if how == "argmax":
         return log_p.argmax(-1)
-    return sample_categorical(probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype,
-                              generator=generator)
+    return sample_categorical(probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype, generator=generator)
 
 
-def fill_masked(units: UnitModel, y: torch.Tensor, t: float, settings: SamplerSettings,
-                generator: torch.Generator | None, nfe: torch.Tensor) -> tuple[torch.Tensor, int]:
+def fill_masked(
+    units: UnitModel,
+    y: torch.Tensor,
+    t: float,
+    settings: SamplerSettings,
+    generator: torch.Generator | None,
+    nfe: torch.Tensor,
+) -> tuple[torch.Tensor, int]:
     """Fill every still-masked unit of y (B, L, ell) in place of a copy; returns (y, units filled).
 
     One denoiser call (at time ``t``) per sample that has a masked unit, added to ``nfe`` (B,).
@@ -54,8 +60,14 @@ def fill_masked(units: UnitModel, y: torch.Tensor, t: float, settings: SamplerSe
     return y, int(masked.sum())
 
 
-def resolve_invalid(units: UnitModel, y: torch.Tensor, t: float, settings: SamplerSettings,
-                    generator: torch.Generator | None, nfe: torch.Tensor) -> tuple[torch.Tensor, int]:
+def resolve_invalid(
+    units: UnitModel,
+    y: torch.Tensor,
+    t: float,
+    settings: SamplerSettings,
+    generator: torch.Generator | None,
+    nfe: torch.Tensor,
+) -> tuple[torch.Tensor, int]:
     """Redraw tokens whose fully revealed units decode to a code >= C; returns (y, tokens redrawn)."""
     if not units.subtokens:
         return y, 0
@@ -69,8 +81,9 @@ def resolve_invalid(units: UnitModel, y: torch.Tensor, t: float, settings: Sampl
     y_rows[bad] = units.mask_id
     log_p = shaped_log_probs(units.log_probs(y_rows, t), settings)
     nfe[rows] += 1
-    x_hat = sample_categorical(probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype,
-                               generator=generator)
+    x_hat = sample_categorical(
+        probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype, generator=generator
+    )
     y_rows = torch.where(bad[..., None], units.encode(x_hat), y_rows)
     y = y.clone()
     y[rows] = y_rows

@@ -28,8 +28,13 @@ def decode_counts(masked: int, steps: int) -> list[int]:
     return [done[k] - done[k - 1] for k in range(1, steps + 1)]
 
 
-def run_maskgit(units: UnitModel, rows: int, settings: SamplerSettings, generator: torch.Generator | None,
-                prefix: torch.Tensor | None) -> BatchResult:
+def run_maskgit(
+    units: UnitModel,
+    rows: int,
+    settings: SamplerSettings,
+    generator: torch.Generator | None,
+    prefix: torch.Tensor | None,
+) -> BatchResult:
     """Draw ``rows`` samples in T = ``settings.steps`` confidence-ordered steps."""
     steps = int(settings.steps)
     y = units.initial_state(rows, prefix)
@@ -47,8 +52,9 @@ def run_maskgit(units: UnitModel, rows: int, settings: SamplerSettings, generato
         nfe += 1
         probs = log_p.exp_()  # (B, L, C)
         candidate = torch.zeros(masked_tokens.shape, dtype=torch.long, device=device)
-        candidate[masked_tokens] = sample_categorical(probs=probs[masked_tokens], method=settings.method,
-                                                      dtype=settings.dtype, generator=generator)  # masked only
+        candidate[masked_tokens] = sample_categorical(
+            probs=probs[masked_tokens], method=settings.method, dtype=settings.dtype, generator=generator
+        )  # masked only
         confidence = probs.gather(-1, candidate[..., None]).squeeze(-1)
         confidence = confidence.masked_fill(~masked_tokens, float("-inf"))
         chosen = confidence.topk(n_k, dim=-1).indices  # (B, n_k)
@@ -57,7 +63,9 @@ def run_maskgit(units: UnitModel, rows: int, settings: SamplerSettings, generato
         masked_tokens &= ~pick
         remaining -= n_k
     return BatchResult(
-        tokens=units.decode(y), nfe=nfe, idle_steps=idle,
+        tokens=units.decode(y),
+        nfe=nfe,
+        idle_steps=idle,
         steps=torch.full((rows,), steps, dtype=torch.long, device=device),
     )
 

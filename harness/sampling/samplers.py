@@ -23,8 +23,9 @@ The model is put in eval mode (and restored afterwards) and nothing records grad
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -52,16 +53,24 @@ class SamplerSpec:
 
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
 for _spec in (
-    SamplerSpec("ancestral", True, ancestral.run_ancestral,
-                "T-step ancestral sampler on t_k = 1 - k(1 - t_end)/T, exact per-sample caching",
-                ancestral.NOTES),
-    SamplerSpec("first-hitting", False, first_hitting.run_first_hitting,
-                "one masked unit per denoiser call at its first-hitting time (Zheng et al. Alg. 1)",
-                first_hitting.NOTES),
-    SamplerSpec("maskgit", True, run_maskgit,
-                "confidence-ordered parallel decoding, ceil(M k / T) tokens decoded after step k"),
-    SamplerSpec("autoregressive", False, run_autoregressive,
-                "left to right from a prefix or BOS, L - P calls"),
+    SamplerSpec(
+        "ancestral",
+        True,
+        ancestral.run_ancestral,
+        "T-step ancestral sampler on t_k = 1 - k(1 - t_end)/T, exact per-sample caching",
+        ancestral.NOTES,
+    ),
+    SamplerSpec(
+        "first-hitting",
+        False,
+        first_hitting.run_first_hitting,
+        "one masked unit per denoiser call at its first-hitting time (Zheng et al. Alg. 1)",
+        first_hitting.NOTES,
+    ),
+    SamplerSpec(
+        "maskgit", True, run_maskgit, "confidence-ordered parallel decoding, ceil(M k / T) tokens decoded after step k"
+    ),
+    SamplerSpec("autoregressive", False, run_autoregressive, "left to right from a prefix or BOS, L - P calls"),
 ):
     SAMPLERS.register(_spec.name, _spec)
 
@@ -69,8 +78,10 @@ for _spec in (
 def _samplers_of(model) -> tuple[str, ...]:
     names = tuple(getattr(model, "samplers", ()))
     if not names:
-        raise PrimebenchError(f"no sampler knows the model {type(model).__name__}",
-                              fix="sample from a registered model family (harness.models.family_names())")
+        raise PrimebenchError(
+            f"no sampler knows the model {type(model).__name__}",
+            fix="sample from a registered model family (harness.models.family_names())",
+        )
     return names
 
 
@@ -131,8 +142,9 @@ def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) ->
                 fix="pass bos_id= (the tokenizer's BOS, e.g. tokenizer.bos_id) or prefix=",
             )
         if prefix is not None and bos_id is not None:
-            raise PrimebenchError("pass either prefix= or bos_id=, not both",
-                                  fix="put the BOS token at the start of the prefix")
+            raise PrimebenchError(
+                "pass either prefix= or bos_id=, not both", fix="put the BOS token at the start of the prefix"
+            )
         if prefix is None:
             if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < C:
                 raise PrimebenchError(f"bos_id must be a token id in [0, {C}), got {bos_id!r}")
@@ -147,21 +159,40 @@ def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) ->
             fix="pass torch.tensor([[id, id, ...]]) (one prefix for all) or one row per sample",
         )
     if prefix.shape[1] >= L:
-        raise PrimebenchError(f"prefix length {prefix.shape[1]} leaves nothing to generate (seq_len={L})",
-                              fix=f"use a prefix shorter than {L} tokens")
+        raise PrimebenchError(
+            f"prefix length {prefix.shape[1]} leaves nothing to generate (seq_len={L})",
+            fix=f"use a prefix shorter than {L} tokens",
+        )
     if prefix.numel() and (int(prefix.min()) < 0 or int(prefix.max()) >= C):
-        raise PrimebenchError(f"prefix ids must lie in [0, {C}), got [{int(prefix.min())}, {int(prefix.max())}]",
-                              fix="tokenize the prefix with the model's tokenizer")
+        raise PrimebenchError(
+            f"prefix ids must lie in [0, {C}), got [{int(prefix.min())}, {int(prefix.max())}]",
+            fix="tokenize the prefix with the model's tokenizer",
+        )
     return prefix
 
 
-def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype, method, noise_removal,
-              cache, t_end, nucleus_rule="cross", draw="two-stage") -> SamplerSettings:
+def _settings(
+    model,
+    spec: SamplerSpec,
+    *,
+    steps,
+    temperature,
+    nucleus_p,
+    dtype,
+    method,
+    noise_removal,
+    cache,
+    t_end,
+    nucleus_rule="cross",
+    draw="two-stage",
+) -> SamplerSettings:
     if spec.uses_steps:
         steps = int(model.seq_len) if steps is None else _positive_int("steps", steps)
     elif steps is not None:
-        raise PrimebenchError(f"sampler {spec.name!r} takes one step per generated unit; steps={steps!r} does not apply",
-                              fix="leave steps unset for first-hitting and autoregressive sampling")
+        raise PrimebenchError(
+            f"sampler {spec.name!r} takes one step per generated unit; steps={steps!r} does not apply",
+            fix="leave steps unset for first-hitting and autoregressive sampling",
+        )
     if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
         raise PrimebenchError(f"temperature must be a positive finite number, got {temperature!r}")
     if not (isinstance(nucleus_p, (int, float)) and 0 < nucleus_p <= 1):
@@ -178,10 +209,18 @@ def _settings(model, spec: SamplerSpec, *, steps, temperature, nucleus_p, dtype,
         raise PrimebenchError(f"unknown ancestral draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
     if cache is None:  # the two-stage draw's cache is exact for every network
         cache = draw == "two-stage" or not bool(getattr(model, "time_conditioning", False))
-    return SamplerSettings(steps=steps, temperature=float(temperature), nucleus_p=float(nucleus_p),
-                           dtype=parse_dtype(dtype), method=method, noise_removal=noise_removal,
-                           cache=bool(cache) and spec.name == "ancestral", t_end=float(t_end),
-                           nucleus_rule=nucleus_rule, draw=draw)
+    return SamplerSettings(
+        steps=steps,
+        temperature=float(temperature),
+        nucleus_p=float(nucleus_p),
+        dtype=parse_dtype(dtype),
+        method=method,
+        noise_removal=noise_removal,
+        cache=bool(cache) and spec.name == "ancestral",
+        t_end=float(t_end),
+        nucleus_rule=nucleus_rule,
+        draw=draw,
+    )
 
 
 def _merge(batches: list[BatchResult], wall: list[float]):
@@ -190,9 +229,9 @@ def _merge(batches: list[BatchResult], wall: list[float]):
         stats[key] = sum(b.counts[key] for b in batches)
     for key in batches[0].per_sample:
         stats[key] = torch.cat([b.per_sample[key] for b in batches])
-    per_sample_wall = torch.cat([
-        torch.full((b.tokens.shape[0],), w / b.tokens.shape[0], dtype=torch.float64) for b, w in zip(batches, wall)
-    ])
+    per_sample_wall = torch.cat(
+        [torch.full((b.tokens.shape[0],), w / b.tokens.shape[0], dtype=torch.float64) for b, w in zip(batches, wall)]
+    )
     cat = lambda name: torch.cat([getattr(b, name).cpu() for b in batches])  # noqa: E731
     return cat("tokens"), cat("nfe"), cat("idle_steps"), cat("steps"), per_sample_wall, stats
 
@@ -236,9 +275,20 @@ def generate(
     spec = get_sampler(name, model)
     num_samples = _positive_int("num_samples", num_samples)
     batch_size = _positive_int("batch_size", batch_size)
-    settings = _settings(model, spec, steps=steps, temperature=temperature, nucleus_p=nucleus_p, dtype=dtype,
-                         method=method, noise_removal=noise_removal, cache=cache, t_end=t_end,
-                         nucleus_rule=nucleus_rule, draw=draw)
+    settings = _settings(
+        model,
+        spec,
+        steps=steps,
+        temperature=temperature,
+        nucleus_p=nucleus_p,
+        dtype=dtype,
+        method=method,
+        noise_removal=noise_removal,
+        cache=cache,
+        t_end=t_end,
+        nucleus_rule=nucleus_rule,
+        draw=draw,
+    )
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
     device = model.device
     gen = _generator(generator, device)
@@ -253,7 +303,7 @@ def generate(
                 rows = min(batch_size, num_samples - start)
                 rows_prefix = None
                 if prefix is not None:
-                    rows_prefix = prefix.expand(rows, -1) if prefix.shape[0] == 1 else prefix[start:start + rows]
+                    rows_prefix = prefix.expand(rows, -1) if prefix.shape[0] == 1 else prefix[start : start + rows]
                     rows_prefix = rows_prefix.to(device)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
@@ -282,8 +332,11 @@ def generate(
         "noise_removal": settings.noise_removal if spec.name == "ancestral" else None,
         "cache": settings.cache,
         "cache_exact": (settings.draw == "two-stage" or not time_cond) if settings.cache else None,
-        "grid": ({"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
-                 if spec.name == "ancestral" else None),
+        "grid": (
+            {"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
+            if spec.name == "ancestral"
+            else None
+        ),
         "num_samples": num_samples,
         "batch_size": batch_size,
         "seq_len": int(model.seq_len),
@@ -296,9 +349,17 @@ def generate(
         "seeded": gen is not None,
         "device": str(device),
     }
-    return SampleOutput(tokens=tokens, nfe=nfe, idle_steps=idle, steps=steps_done, wall_s=wall_s,
-                        stats=stats, protocol=protocol)
+    return SampleOutput(
+        tokens=tokens, nfe=nfe, idle_steps=idle, steps=steps_done, wall_s=wall_s, stats=stats, protocol=protocol
+    )
 
 
-__all__ = ["SAMPLERS", "SamplerSpec", "generate", "get_sampler", "sampler_for", "samplers_for",
-           "token_by_token_sampler"]
+__all__ = [
+    "SAMPLERS",
+    "SamplerSpec",
+    "generate",
+    "get_sampler",
+    "sampler_for",
+    "samplers_for",
+    "token_by_token_sampler",
+]

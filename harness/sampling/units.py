@@ -15,6 +15,7 @@ from harness.sampling.categorical import apply_temperature, nucleus_filter
 from harness.sampling.settings import SamplerSettings
 from prime.subtokens import decode
 
+
 class UnitModel:
     """Adapter from a masked-diffusion family to (B, L, ell) unit states; holds no state of its own."""
 

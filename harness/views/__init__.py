@@ -28,6 +28,24 @@ from harness.views.records_io import load_records
 from harness.views.table import FORMATS, Cell, Column, Footnote, Table, render, to_rich
 from harness.views.zeroshot import render_zeroshot
 
-__all__ = ["Cell", "Column", "FORMATS", "Footnote", "LAYOUTS", "Table", "build_table", "load_records", "render",
-           "render_bound", "render_corpus_info", "render_fid", "render_genppl", "render_gumbel", "render_idle",
-           "render_ppl", "render_precision", "render_zeroshot", "to_rich"]
+__all__ = [
+    "Cell",
+    "Column",
+    "FORMATS",
+    "Footnote",
+    "LAYOUTS",
+    "Table",
+    "build_table",
+    "load_records",
+    "render",
+    "render_bound",
+    "render_corpus_info",
+    "render_fid",
+    "render_genppl",
+    "render_gumbel",
+    "render_idle",
+    "render_ppl",
+    "render_precision",
+    "render_zeroshot",
+    "to_rich",
+]

@@ -7,8 +7,13 @@ import math
 
 from harness.views.entries import Layout
 
-LAYOUT = Layout("bound", ("bound",), "Bound audit (nats/token)", axes=("case", "name", "source", "C", "ell", "L"),
-                metrics=("exact_nll", "subtoken_bound", "token_joint"))
+LAYOUT = Layout(
+    "bound",
+    ("bound",),
+    "Bound audit (nats/token)",
+    axes=("case", "name", "source", "C", "ell", "L"),
+    metrics=("exact_nll", "subtoken_bound", "token_joint"),
+)
 
 FOOTNOTE = (
     "exact NLL: -log p_theta(x) (diffusion: of the one-sub-token-at-a-time sampler, by enumeration; ARM: exact).\n"
@@ -33,18 +38,33 @@ def _table(audit):
     from rich.table import Table
 
     checkpoint = audit.protocol.get("source") == "checkpoint"
-    title = ("bound audit: Monte Carlo on the checkpoint's validation rows" if checkpoint
-             else "bound audit: exact enumeration on toy models")
+    title = (
+        "bound audit: Monte Carlo on the checkpoint's validation rows"
+        if checkpoint
+        else "bound audit: exact enumeration on toy models"
+    )
     table = Table(title=f"{title} (nats/token)", caption=FOOTNOTE, caption_justify="left")
-    for name, justify in (("case", "left"), ("data entropy", "right"), ("exact NLL (exact)", "right"),
-                          ("sub-token bound (bound)", "right"), ("paper objective, token-joint (NOT a bound)", "right"),
-                          ("gap = paper objective - exact", "right"), ("verdict", "left")):
+    for name, justify in (
+        ("case", "left"),
+        ("data entropy", "right"),
+        ("exact NLL (exact)", "right"),
+        ("sub-token bound (bound)", "right"),
+        ("paper objective, token-joint (NOT a bound)", "right"),
+        ("gap = paper objective - exact", "right"),
+        ("verdict", "left"),
+    ):
         table.add_column(name, justify=justify, no_wrap=name in ("verdict", "case") and not checkpoint)
     for r in audit.rows:
         gap = "-" if r.gap is None else f"{r.gap:+.4f}"
-        table.add_row(r.name, _cell(r.data_entropy), _cell(r.exact_nll, r.exact_nll_stderr, checkpoint),
-                      _cell(r.subtoken_bound, r.subtoken_bound_stderr, checkpoint),
-                      _cell(r.token_joint, r.token_joint_stderr, checkpoint), gap, r.verdict)
+        table.add_row(
+            r.name,
+            _cell(r.data_entropy),
+            _cell(r.exact_nll, r.exact_nll_stderr, checkpoint),
+            _cell(r.subtoken_bound, r.subtoken_bound_stderr, checkpoint),
+            _cell(r.token_joint, r.token_joint_stderr, checkpoint),
+            gap,
+            r.verdict,
+        )
     return table
 
 
@@ -64,11 +84,15 @@ def _summary(audit) -> str:
         if r.method == "enumeration":
             continue
         if r.subtoken_bound is not None:
-            lines.append(f"{r.name}: {_cell(r.subtoken_bound, r.subtoken_bound_stderr, True)} nats/token is an "
-                         f"UPPER BOUND on the NLL ({_bound_name(r)}).")
+            lines.append(
+                f"{r.name}: {_cell(r.subtoken_bound, r.subtoken_bound_stderr, True)} nats/token is an "
+                f"UPPER BOUND on the NLL ({_bound_name(r)})."
+            )
         if r.token_joint is not None:
-            lines.append(f"{r.name}: {_cell(r.token_joint, r.token_joint_stderr, True)} nats/token is the PAPER "
-                         "OBJECTIVE (token-joint L_vb), not a bound on the NLL.")
+            lines.append(
+                f"{r.name}: {_cell(r.token_joint, r.token_joint_stderr, True)} nats/token is the PAPER "
+                "OBJECTIVE (token-joint L_vb), not a bound on the NLL."
+            )
         if r.exact_nll is not None:
             lines.append(f"{r.name}: {_cell(r.exact_nll, r.exact_nll_stderr, True)} nats/token is the EXACT NLL.")
     if holds is True:
@@ -76,8 +100,10 @@ def _summary(audit) -> str:
     elif holds is False:
         lines.append("VIOLATION: the sub-token bound fell below the exact NLL in some row: a bug in the estimator.")
     if below:
-        lines.append(f"the paper objective (token-joint) is below the exact NLL in {below} of {checked} rows: "
-                     "it is not an upper bound on the NLL.")
+        lines.append(
+            f"the paper objective (token-joint) is below the exact NLL in {below} of {checked} rows: "
+            "it is not an upper bound on the NLL."
+        )
     return "\n".join(lines)
 
 

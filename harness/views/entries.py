@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from harness.errors import PrimebenchError
 from harness.views.table import Cell
@@ -19,10 +20,20 @@ from harness.views.table import Cell
 #: sort rank of a record whose model block has no ``order`` (after every ranked family)
 UNRANKED = 1000
 TITLES = {
-    "gen_ppl": "Gen PPL", "entropy_model": "entropy (model ids)", "entropy_judge": "entropy (judge ids)", "nfe": "NFE",
-    "samples_per_s": "samples/s", "fid": "FID", "inception_score": "IS", "exact_nll": "exact NLL",
-    "subtoken_bound": "sub-token bound", "token_joint": "paper objective (token-joint)", "isr": "ISR",
-    "idle_steps": "idle steps", "nll": "NLL", "ppl": "PPL",
+    "gen_ppl": "Gen PPL",
+    "entropy_model": "entropy (model ids)",
+    "entropy_judge": "entropy (judge ids)",
+    "nfe": "NFE",
+    "samples_per_s": "samples/s",
+    "fid": "FID",
+    "inception_score": "IS",
+    "exact_nll": "exact NLL",
+    "subtoken_bound": "sub-token bound",
+    "token_joint": "paper objective (token-joint)",
+    "isr": "ISR",
+    "idle_steps": "idle steps",
+    "nll": "NLL",
+    "ppl": "PPL",
 }
 _TWO_DECIMALS = ("ppl", "gen_ppl", "fid", "inception_score", "nfe")
 LEGEND = {
@@ -80,15 +91,25 @@ def entries(records: Sequence[dict[str, Any]]) -> list[Entry]:
             metrics = (item or rec)["metrics"]
             for name, m in metrics.items():
                 if not isinstance(m, dict) or "value" not in m:
-                    raise PrimebenchError(f"metric {name!r} of the {rec.get('evaluation')!r} record of "
-                                          f"{model.get('name')!r} has no value", fix="re-run the evaluation")
+                    raise PrimebenchError(
+                        f"metric {name!r} of the {rec.get('evaluation')!r} record of "
+                        f"{model.get('name')!r} has no value",
+                        fix="re-run the evaluation",
+                    )
             family = str(model.get("family") or "-")
-            out.append(Entry(label=str(model.get("name") or model.get("family") or "(no model)"), family=family,
-                             protocol=flatten(protocol), metrics=metrics,
-                             family_label=str(model.get("label") or family),
-                             order=order if isinstance(order, int) else UNRANKED,
-                             model=model, created=(rec.get("provenance") or {}).get("created"),
-                             references=rec.get("references") if isinstance(rec.get("references"), dict) else None))
+            out.append(
+                Entry(
+                    label=str(model.get("name") or model.get("family") or "(no model)"),
+                    family=family,
+                    protocol=flatten(protocol),
+                    metrics=metrics,
+                    family_label=str(model.get("label") or family),
+                    order=order if isinstance(order, int) else UNRANKED,
+                    model=model,
+                    created=(rec.get("provenance") or {}).get("created"),
+                    references=rec.get("references") if isinstance(rec.get("references"), dict) else None,
+                )
+            )
     return out
 
 
@@ -115,8 +136,10 @@ def unique_labels(items: list[Entry], extra=lambda e: ()) -> None:
 
 def sort_key(e: Entry, axes: Sequence[str] = ()):
     """Rows by the family's rank, then name, then the layout's axes (numbers before text before None)."""
+
     def val(v):
         return (2, "") if v is None else (0, float(v), "") if isinstance(v, (int, float)) else (1, 0.0, str(v))
+
     return (e.order, e.label, *(val(e.protocol.get(a)) for a in axes))
 
 
@@ -127,13 +150,17 @@ def metric_cell(m: dict[str, Any] | None, name: str) -> Cell:
         return Cell()
     kind = m.get("kind")
     if kind is not None and kind not in LEGEND and kind != "exact":
-        raise PrimebenchError(f"metric {name!r} has unknown kind {kind!r}",
-                              fix="kinds are exact, bound, paper-objective or estimate")
+        raise PrimebenchError(
+            f"metric {name!r} has unknown kind {kind!r}", fix="kinds are exact, bound, paper-objective or estimate"
+        )
     two = name in _TWO_DECIMALS or name.startswith("ppl") or str(m.get("units", "")).startswith("perplexity")
     value = m.get("value")
-    return Cell(value=None if value is None else float(value),
-                stderr=None if m.get("stderr") is None else float(m["stderr"]), kind=kind,
-                decimals=2 if two or (value is not None and abs(value) >= 100) else 4)
+    return Cell(
+        value=None if value is None else float(value),
+        stderr=None if m.get("stderr") is None else float(m["stderr"]),
+        kind=kind,
+        decimals=2 if two or (value is not None and abs(value) >= 100) else 4,
+    )
 
 
 def short(v: Any, width: int = 60) -> str:
@@ -147,5 +174,17 @@ def extra_metrics(items: list[Entry], known: Sequence[str]) -> list[str]:
     return [n for n in dict.fromkeys(k for e in items for k in e.metrics) if n not in known]
 
 
-__all__ = ["Entry", "LEGEND", "Layout", "TITLES", "UNRANKED", "entries", "extra_metrics", "flatten", "metric_cell",
-           "short", "sort_key", "unique_labels"]
+__all__ = [
+    "Entry",
+    "LEGEND",
+    "Layout",
+    "TITLES",
+    "UNRANKED",
+    "entries",
+    "extra_metrics",
+    "flatten",
+    "metric_cell",
+    "short",
+    "sort_key",
+    "unique_labels",
+]

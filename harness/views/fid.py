@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from harness.views.entries import Layout
 
-LAYOUT = Layout("fid", ("fid",), "Sample quality (FID)", axes=("sampler", "steps"), metrics=("fid", "inception_score"),
-                title_keys=("features", "reference"))
+LAYOUT = Layout(
+    "fid",
+    ("fid",),
+    "Sample quality (FID)",
+    axes=("sampler", "steps"),
+    metrics=("fid", "inception_score"),
+    title_keys=("features", "reference"),
+)
 
 
 def render_fid(record: dict) -> None:
@@ -19,8 +25,12 @@ def render_fid(record: dict) -> None:
 
     p = record["protocol"]
     s = p.get("sampler") or {}
-    table = Table(title=escape(f"{record['model'].get('name')} ({record['model'].get('family')}): {p['samples']} samples vs "
-                        f"{p['reference']} ({p['reference_size']}), {p['backend']}"))
+    table = Table(
+        title=escape(
+            f"{record['model'].get('name')} ({record['model'].get('family')}): {p['samples']} samples vs "
+            f"{p['reference']} ({p['reference_size']}), {p['backend']}"
+        )
+    )
     for col in ("metric", "kind", "value", "units"):
         table.add_column(col)
     for name, m in record["metrics"].items():
@@ -29,8 +39,10 @@ def render_fid(record: dict) -> None:
     console.print(table)
     acc = p.get("feature_extractor_accuracy")
     note = f"; classifier held-out accuracy {acc:.4f}" if acc is not None else ""
-    console.print(f"features: {p['features']}{note}; sampler {s.get('sampler')} steps={s.get('steps')} "
-                  f"dtype={s.get('dtype')} method={s.get('method')}")
+    console.print(
+        f"features: {p['features']}{note}; sampler {s.get('sampler')} steps={s.get('steps')} "
+        f"dtype={s.get('dtype')} method={s.get('method')}"
+    )
     if p["features"] != "inception":
         console.print(f"this is a Frechet distance in {p['features']} features, not Inception FID")
 

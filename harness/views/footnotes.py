@@ -12,21 +12,45 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from harness.views.entries import LEGEND, Entry, short
 from harness.views.table import Cell, Footnote
 
 # Protocol keys (last dotted component) never compared: model-specific, run-specific or derived (counts).
-IGNORED_LEAVES = frozenset({
-    "ell", "base", "carry_over", "schedule", "family", "time_conditioning", "vocab_size", "bos_id", "eos_id", "pad_id",
-    "checkpoint", "checkpoint_sha256", "samples_file", "device", "batch_size", "world_size", "wall_s", "created",
-    "command", "seeded", "estimators", "judge_description", "separators_mapped", "judge_truncated_samples",
-})
+IGNORED_LEAVES = frozenset(
+    {
+        "ell",
+        "base",
+        "carry_over",
+        "schedule",
+        "family",
+        "time_conditioning",
+        "vocab_size",
+        "bos_id",
+        "eos_id",
+        "pad_id",
+        "checkpoint",
+        "checkpoint_sha256",
+        "samples_file",
+        "device",
+        "batch_size",
+        "world_size",
+        "wall_s",
+        "created",
+        "command",
+        "seeded",
+        "estimators",
+        "judge_description",
+        "separators_mapped",
+        "judge_truncated_samples",
+    }
+)
 # Keys fixed by the model family: compared only between rows of the same family.
-FAMILY_LEAVES = frozenset({"token_convention", "stderr_method", "noise_removal", "cache", "cache_exact",
-                           "prefix_len", "time_sampler"})
+FAMILY_LEAVES = frozenset(
+    {"token_convention", "stderr_method", "noise_removal", "cache", "cache_exact", "prefix_len", "time_sampler"}
+)
 
 
 def differences(groups: list[tuple[str, list[Entry]]], ignored: frozenset[str], axes: Sequence[str]):
@@ -42,8 +66,11 @@ def differences(groups: list[tuple[str, list[Entry]]], ignored: frozenset[str], 
             leaf = key.rsplit(".", 1)[-1]
             if key in ignored or key in axes or not IGNORED_LEAVES.isdisjoint(key.split(".")):
                 continue
-            subsets = ([[e for e in items if e.family == f] for f in dict.fromkeys(e.family for e in items)]
-                       if leaf in FAMILY_LEAVES else [items])
+            subsets = (
+                [[e for e in items if e.family == f] for f in dict.fromkeys(e.family for e in items)]
+                if leaf in FAMILY_LEAVES
+                else [items]
+            )
             for subset in subsets:
                 present = [(e.label, e.protocol[key]) for e in subset if e.protocol.get(key) is not None]
                 canon = [json.dumps(v, sort_keys=True, default=str) for _, v in present]
@@ -55,8 +82,13 @@ def differences(groups: list[tuple[str, list[Entry]]], ignored: frozenset[str], 
                 letter = _letter(len(notes))
                 where = f" ({group})" if group else ""
                 values = ", ".join(f"{label}={short(v)}" for label, v in present)
-                notes.append(Footnote(f"flag:{letter}", f"rows differ in {key}{where}: {values}",
-                                      key=f"{group}:{key}" if group else key))
+                notes.append(
+                    Footnote(
+                        f"flag:{letter}",
+                        f"rows differ in {key}{where}: {values}",
+                        key=f"{group}:{key}" if group else key,
+                    )
+                )
                 for (label, _), c in zip(present, canon):
                     if tie or c != top[0][0]:
                         flags.setdefault((group, label), []).append(letter)
@@ -81,8 +113,13 @@ def family_info(items: list[Entry]) -> list[Footnote]:
                     if e.family not in fams:
                         fams.append(e.family)
         if len(by_value) > 1:
-            out.append(Footnote(None, f"{leaf} (by family, not flagged): "
-                                + "; ".join(f"{'/'.join(f)}: {v}" for v, f in by_value.items())))
+            out.append(
+                Footnote(
+                    None,
+                    f"{leaf} (by family, not flagged): "
+                    + "; ".join(f"{'/'.join(f)}: {v}" for v, f in by_value.items()),
+                )
+            )
     return out
 
 
@@ -117,8 +154,11 @@ def shared_title(base: str, items: list[Entry], keys: Sequence[str]) -> str:
 
 
 def count_note(n_records: int, evaluations: set[str]) -> Footnote:
-    return Footnote(None, f"{n_records} record{'s' if n_records != 1 else ''} "
-                          f"({', '.join(sorted(evaluations))}); tables are views of these records")
+    return Footnote(
+        None,
+        f"{n_records} record{'s' if n_records != 1 else ''} "
+        f"({', '.join(sorted(evaluations))}); tables are views of these records",
+    )
 
 
 def apply_flags(rows: list[list[Cell]], targets: list[list[tuple[int, str, str]]], flags) -> None:
@@ -130,5 +170,14 @@ def apply_flags(rows: list[list[Cell]], targets: list[list[tuple[int, str, str]]
                 cells[col] = replace(cells[col], flags=tuple(letters))
 
 
-__all__ = ["FAMILY_LEAVES", "IGNORED_LEAVES", "apply_flags", "count_note", "differences", "family_info", "legend",
-           "shared_title", "units_note"]
+__all__ = [
+    "FAMILY_LEAVES",
+    "IGNORED_LEAVES",
+    "apply_flags",
+    "count_note",
+    "differences",
+    "family_info",
+    "legend",
+    "shared_title",
+    "units_note",
+]

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from harness.views.entries import Layout
 
-LAYOUT = Layout("genppl", ("genppl",), "Generative perplexity", axes=("sampler", "steps", "dtype", "nucleus_p"),
-                metrics=("gen_ppl", "entropy_model", "entropy_judge", "nfe"), title_keys=("judge",))
+LAYOUT = Layout(
+    "genppl",
+    ("genppl",),
+    "Generative perplexity",
+    axes=("sampler", "steps", "dtype", "nucleus_p"),
+    metrics=("gen_ppl", "entropy_model", "entropy_judge", "nfe"),
+    title_keys=("judge",),
+)
 
 
 def render_genppl(record: dict) -> None:
@@ -16,8 +22,10 @@ def render_genppl(record: dict) -> None:
     from harness.logging import stdout_console
 
     p = record["protocol"]
-    title = (f"{record['model']['name']} ({record['model']['family']}): {p['samples']} samples, {p.get('sampler')} "
-             f"steps={p.get('steps')} dtype={p.get('dtype')} method={p.get('method')} nucleus={p.get('nucleus_p')}")
+    title = (
+        f"{record['model']['name']} ({record['model']['family']}): {p['samples']} samples, {p.get('sampler')} "
+        f"steps={p.get('steps')} dtype={p.get('dtype')} method={p.get('method')} nucleus={p.get('nucleus_p')}"
+    )
     table = Table(title=title)
     for col in ("metric", "value", "± stderr", "units"):
         table.add_column(col)
@@ -27,8 +35,11 @@ def render_genppl(record: dict) -> None:
     console = stdout_console()
     console.print(table)
     if p.get("judge"):
-        console.print(f"judge: {p['judge_description']}; retokenised without special tokens, truncated at {p['judge_retokenization']['max_length']} tokens; "
-                      "Gen PPL is an estimate from these samples (± is its sampling error)")
+        console.print(
+            f"judge: {p['judge_description']}; retokenised without special tokens, truncated at "
+            f"{p['judge_retokenization']['max_length']} tokens; "
+            "Gen PPL is an estimate from these samples (± is its sampling error)"
+        )
 
 
 __all__ = ["LAYOUT", "render_genppl"]

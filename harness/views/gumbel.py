@@ -36,14 +36,18 @@ def _notes(record: dict) -> list[str]:
         "estimates (noisy, biased when there are few events).",
     ]
     if p["mode"] == "mdlm-step":
-        notes.append(f"MDLM ancestral step {p['step']} of {p['steps']} (linear): a masked position unmasks with "
-                     f"the intended mass above and each of the V = {p['vocab']} tokens gets that mass times p(token) "
-                     f"(flat: {_p(1 / p['vocab'])} x mass); 2^-24 = {2**-24:.2e}. Token entropy = entropy of the "
-                     f"token part renormalised. Expected unmasking events in {n} draws: "
-                     f"{n * intended:.3g} intended.")
+        notes.append(
+            f"MDLM ancestral step {p['step']} of {p['steps']} (linear): a masked position unmasks with "
+            f"the intended mass above and each of the V = {p['vocab']} tokens gets that mass times p(token) "
+            f"(flat: {_p(1 / p['vocab'])} x mass); 2^-24 = {2**-24:.2e}. Token entropy = entropy of the "
+            f"token part renormalised. Expected unmasking events in {n} draws: "
+            f"{n * intended:.3g} intended."
+        )
         if p["draws_limited_by_budget"]:
-            notes.append(f"draws limited to {n} so that each row costs at most {p['element_budget']:,} uniforms "
-                         "(V + 1 per draw); pass --draws to draw more.")
+            notes.append(
+                f"draws limited to {n} so that each row costs at most {p['element_budget']:,} uniforms "
+                "(V + 1 per draw); pass --draws to draw more."
+            )
     elif not math.isclose(p["input_sum"], 1.0, rel_tol=1e-9):
         notes.append(f"the given probabilities summed to {p['input_sum']:.6g} and were normalised.")
     return notes
@@ -60,8 +64,9 @@ def render_gumbel(record: dict) -> None:
     if p["mode"] == "probs":
         K = len(rows[0]["probs"])
         shown = K if K <= DISPLAY_CLASSES else DISPLAY_CLASSES - 1
-        table = Table(title=f"Gumbel-max over K = {K} classes: intended vs closed forms vs draws "
-                            "(columns), per class (rows)")
+        table = Table(
+            title=f"Gumbel-max over K = {K} classes: intended vs closed forms vs draws (columns), per class (rows)"
+        )
         table.add_column("class", no_wrap=True)
         for r in rows:
             header = "\n".join(x for x in _label(r) if x).replace("mdlm-legacy", "mdlm-\nlegacy")
@@ -73,11 +78,20 @@ def render_gumbel(record: dict) -> None:
         table.add_row("KL nats", *(f"{r['kl']:.3e}" for r in rows), style="bold")
         table.add_row("entropy nats", *(f"{r['entropy']:.8f}" for r in rows), style="bold")
     else:
-        table = Table(title=f"MDLM ancestral step {p['step']}/{p['steps']}, V = {p['vocab']}: "
-                            "unmasking mass and token part")
-        for name, justify in (("tokens", "left"), ("distribution", "left"), ("dtype", "left"), ("method", "left"),
-                              ("unmask mass", "right"), ("/ intended", "right"), ("KL(.||intended) nats", "right"),
-                              ("token entropy nats", "right"), ("events / draws", "right")):
+        table = Table(
+            title=f"MDLM ancestral step {p['step']}/{p['steps']}, V = {p['vocab']}: unmasking mass and token part"
+        )
+        for name, justify in (
+            ("tokens", "left"),
+            ("distribution", "left"),
+            ("dtype", "left"),
+            ("method", "left"),
+            ("unmask mass", "right"),
+            ("/ intended", "right"),
+            ("KL(.||intended) nats", "right"),
+            ("token entropy nats", "right"),
+            ("events / draws", "right"),
+        ):
             table.add_column(name, justify=justify)
         intended = {r["case"]: r["unmask_mass"] for r in rows if r["source"] == "intended"}
         for r in rows:
@@ -88,9 +102,16 @@ def render_gumbel(record: dict) -> None:
                 mass += f" (< {3 / r['draws']:.1e}, 95%)"  # rule of three
             ent = "n/a (0 events)" if r["entropy"] is None else f"{r['entropy']:.6f}"
             events = "" if r["draws"] is None else f"{r['events']} / {r['draws']}"
-            table.add_row(r["case"] if r["source"] == "intended" else "", *_label(r), mass,
-                          f"{r['unmask_mass'] / intended[r['case']]:.6f}", f"{r['kl']:.3e}", ent, events,
-                          end_section=r is rows[-1] or rows[rows.index(r) + 1]["source"] == "intended")
+            table.add_row(
+                r["case"] if r["source"] == "intended" else "",
+                *_label(r),
+                mass,
+                f"{r['unmask_mass'] / intended[r['case']]:.6f}",
+                f"{r['kl']:.3e}",
+                ent,
+                events,
+                end_section=r is rows[-1] or rows[rows.index(r) + 1]["source"] == "intended",
+            )
     out.print(table)
     for note in _notes(record):
         out.print(note, highlight=False)

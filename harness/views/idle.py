@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from harness.views.entries import Layout
 
-LAYOUT = Layout("idle", ("idle",), "Idle steps", axes=("ell", "steps", "seq_len", "length", "batch"),
-                metrics=("isr", "nfe"), title_keys=("schedule",))
+LAYOUT = Layout(
+    "idle",
+    ("idle",),
+    "Idle steps",
+    axes=("ell", "steps", "seq_len", "length", "batch"),
+    metrics=("isr", "nfe"),
+    title_keys=("schedule",),
+)
 
 
 def _pct(x: float) -> str:
@@ -31,9 +37,14 @@ def render_idle(record: dict) -> None:
     for name in columns:
         table.add_column(name, justify="left" if name == "ell" else "right")
     for r in record["rows"]:
-        cells = [str(r["ell"]), str(r["units"]), _pct(r["isr"]),
-                 "" if r["paper_percent"] is None else f"{r['paper_percent']:.2f}%",
-                 _pct(r["isr_batch"]), f"{r['expected_nfe']:.1f}"]
+        cells = [
+            str(r["ell"]),
+            str(r["units"]),
+            _pct(r["isr"]),
+            "" if r["paper_percent"] is None else f"{r['paper_percent']:.2f}%",
+            _pct(r["isr_batch"]),
+            f"{r['expected_nfe']:.1f}",
+        ]
         if B > 1:
             cells.append(f"{r['expected_nfe_batch']:.1f}")
         if measured:
@@ -51,8 +62,10 @@ def render_idle(record: dict) -> None:
         "T (1 - ISR), E[NFE] cached minus P(step T idle) (< 1 call).",
     ]
     if measured:
-        notes.append(f"measured: the real ancestral sampler (float64 draws, cache on) on ONE sequence with a "
-                     f"uniform stand-in denoiser, {measured['runs']} runs, seed {measured['seed']}; ± one standard error.")
+        notes.append(
+            f"measured: the real ancestral sampler (float64 draws, cache on) on ONE sequence with a "
+            f"uniform stand-in denoiser, {measured['runs']} runs, seed {measured['seed']}; ± one standard error."
+        )
     if p["paper"]:
         notes.append(f"paper: {p['paper']}.")
     out = stdout_console()

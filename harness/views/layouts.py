@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness.errors import PrimebenchError
 from harness.views import bound, fid, genppl, idle, ppl, precision, zeroshot
@@ -27,11 +28,13 @@ def build_table(records: Sequence[dict[str, Any]], layout: str) -> Table:
     if wrong:
         fits = {e: [name for name, s in LAYOUTS.items() if e in s.evaluations] for e in found}
         listing = ", ".join(f"{n} {e!r}" for e, n in sorted(found.items()))
-        advice = "; ".join(f"{e!r} records: --layout {' or '.join(fits[e]) or '(none yet; no layout takes them)'}"
-                           for e in sorted(found))
+        advice = "; ".join(
+            f"{e!r} records: --layout {' or '.join(fits[e]) or '(none yet; no layout takes them)'}"
+            for e in sorted(found)
+        )
         raise PrimebenchError(
-            f"layout {layout!r} takes {' or '.join(map(repr, spec.evaluations))} records, found {listing}",
-            fix=advice)
+            f"layout {layout!r} takes {' or '.join(map(repr, spec.evaluations))} records, found {listing}", fix=advice
+        )
     return (spec.build or generic_table)(records, spec)
 
 

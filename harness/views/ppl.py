@@ -15,9 +15,26 @@ from harness.views.table import Cell, Column, Footnote, Table
 NOT_LEARNED_MARK = "(!)"
 
 # PPL records: the packing statistics follow from the data and the packing settings.
-PPL_IGNORED = frozenset({"rows_scored", "tokens_scored"} | {f"packing.{k}" for k in (
-    "corpus", "split", "tokenizer", "seq_len", "documents", "document_tokens", "tokens_in", "tokens_dropped",
-    "truncated_docs", "padded_rows", "rows", "tokens_out")})
+PPL_IGNORED = frozenset(
+    {"rows_scored", "tokens_scored"}
+    | {
+        f"packing.{k}"
+        for k in (
+            "corpus",
+            "split",
+            "tokenizer",
+            "seq_len",
+            "documents",
+            "document_tokens",
+            "tokens_in",
+            "tokens_dropped",
+            "truncated_docs",
+            "padded_rows",
+            "rows",
+            "tokens_out",
+        )
+    }
+)
 _PPL_METRICS = ("nll", "ppl", "nll_token_joint", "ppl_token_joint")
 
 
@@ -48,11 +65,18 @@ def ppl_table(records, spec: Layout) -> Table:
     unique_labels(items)
     paper = any(k in e.metrics for e in items for k in ("ppl_token_joint", "nll_token_joint"))
     extra = extra_metrics(items, _PPL_METRICS)
-    columns = [Column("model", "model", False), Column("family", "family", False),
-               Column("ppl", "PPL"), Column("nll", "NLL (nats/token)"), Column("kind", "kind", False)]
+    columns = [
+        Column("model", "model", False),
+        Column("family", "family", False),
+        Column("ppl", "PPL"),
+        Column("nll", "NLL (nats/token)"),
+        Column("kind", "kind", False),
+    ]
     if paper:
-        columns += [Column("ppl_token_joint", "PPL, paper objective", mark="paper-objective"),
-                    Column("nll_token_joint", "NLL, paper objective", mark="paper-objective")]
+        columns += [
+            Column("ppl_token_joint", "PPL, paper objective", mark="paper-objective"),
+            Column("nll_token_joint", "NLL, paper objective", mark="paper-objective"),
+        ]
     columns += [Column(n, TITLES.get(n, n)) for n in extra]
     columns += [Column("tokens_scored", "tokens scored"), Column("protocol", "protocol", False)]
     shared_data = len({json.dumps(e.protocol.get("data"), default=str) for e in items}) == 1
@@ -64,15 +88,21 @@ def ppl_table(records, spec: Layout) -> Table:
         if nll is not None and no_better_than_unigram(nll, e.references):
             flagged.append(e.label)
             label = f"{e.label} {NOT_LEARNED_MARK}"
-        cells = [Cell(text=label), Cell(text=e.family_label), metric_cell(e.metrics.get("ppl"), "ppl"),
-                 metric_cell(e.metrics.get("nll"), "nll"),
-                 Cell(text=str((e.metrics.get("ppl") or e.metrics.get("nll") or {}).get("kind", "-")))]
+        cells = [
+            Cell(text=label),
+            Cell(text=e.family_label),
+            metric_cell(e.metrics.get("ppl"), "ppl"),
+            metric_cell(e.metrics.get("nll"), "nll"),
+            Cell(text=str((e.metrics.get("ppl") or e.metrics.get("nll") or {}).get("kind", "-"))),
+        ]
         if paper:
             cells += [metric_cell(e.metrics.get(n), n) for n in ("ppl_token_joint", "nll_token_joint")]
         cells += [metric_cell(e.metrics.get(n), n) for n in extra]
         tokens = e.protocol.get("tokens_scored")
-        cells += [Cell() if tokens is None else Cell(value=float(tokens), kind="exact", stderr=0.0, decimals=0),
-                  Cell(text=_protocol_summary(e.protocol, with_data=not shared_data))]
+        cells += [
+            Cell() if tokens is None else Cell(value=float(tokens), kind="exact", stderr=0.0, decimals=0),
+            Cell(text=_protocol_summary(e.protocol, with_data=not shared_data)),
+        ]
         rows.append(cells)
         targets.append([(0, "", e.label)])
     diff_notes, flags = differences([("", items)], PPL_IGNORED, ())
@@ -80,8 +110,13 @@ def ppl_table(records, spec: Layout) -> Table:
     ref_rows, ref_notes = reference_rows(items, len(columns), paper=paper, extra=len(extra))
     notes = legend(rows) + diff_notes + family_info(items) + ref_notes
     if flagged:
-        notes.append(Footnote(None, f"{NOT_LEARNED_MARK} {', '.join(flagged)}: {NOT_LEARNED} (its NLL is not below the "
-                                    "unigram reference of its own scored tokens)"))
+        notes.append(
+            Footnote(
+                None,
+                f"{NOT_LEARNED_MARK} {', '.join(flagged)}: {NOT_LEARNED} (its NLL is not below the "
+                "unigram reference of its own scored tokens)",
+            )
+        )
     rows += ref_rows
     units = units_note(items, [n for n in ("ppl", "nll", *extra) if any(n in e.metrics for e in items)])
     notes += [units] if units else []
@@ -99,26 +134,44 @@ def reference_rows(items, n_columns: int, *, paper: bool, extra: int) -> tuple[l
         refs = e.references
         if not refs or "unigram" not in refs:
             continue
-        key = json.dumps([refs.get("fit_on"), refs.get("tokens_scored"), refs["unigram"]["nll"]["value"],
-                          refs["bigram"]["nll"]["value"]])
+        key = json.dumps(
+            [
+                refs.get("fit_on"),
+                refs.get("tokens_scored"),
+                refs["unigram"]["nll"]["value"],
+                refs["bigram"]["nll"]["value"],
+            ]
+        )
         groups.setdefault(key, (refs, []))[1].append(e.label)
     rows = []
     for refs, labels in groups.values():
         whose = f"; tokens of {', '.join(labels)}" if len(groups) > 1 else ""
         for name in ("unigram", "bigram"):
-            cells = [Cell(text=name), Cell(text="reference"), metric_cell(refs[name]["ppl"], "ppl"),
-                     metric_cell(refs[name]["nll"], "nll"), Cell(text="exact")]
+            cells = [
+                Cell(text=name),
+                Cell(text="reference"),
+                metric_cell(refs[name]["ppl"], "ppl"),
+                metric_cell(refs[name]["nll"], "nll"),
+                Cell(text="exact"),
+            ]
             cells += [Cell(), Cell()] if paper else []
             cells += [Cell() for _ in range(extra)]
-            cells += [Cell(value=float(refs["tokens_scored"]), kind="exact", stderr=0.0, decimals=0),
-                      Cell(text=f"fitted on {refs.get('fit_on')}{whose}")]
+            cells += [
+                Cell(value=float(refs["tokens_scored"]), kind="exact", stderr=0.0, decimals=0),
+                Cell(text=f"fitted on {refs.get('fit_on')}{whose}"),
+            ]
             assert len(cells) == n_columns
             rows.append(cells)
     notes = []
     if rows:
-        notes.append(Footnote(None, "reference rows: the exact cross-entropy of a smoothed unigram and bigram model "
-                                    "fitted on the train split, on the same scored tokens (a model that learned "
-                                    "nothing from context sits at the unigram row)"))
+        notes.append(
+            Footnote(
+                None,
+                "reference rows: the exact cross-entropy of a smoothed unigram and bigram model "
+                "fitted on the train split, on the same scored tokens (a model that learned "
+                "nothing from context sits at the unigram row)",
+            )
+        )
     return rows, notes
 
 
@@ -150,8 +203,10 @@ def render_ppl(record: dict) -> None:
     console.print(table)
     if refs:
         note = f"; {refs['note']}" if refs.get("note") else ""
-        console.print(f"references fitted on {refs['fit_on']} ({refs['train_tokens']} tokens), scored on the same "
-                      f"{refs['tokens_scored']} tokens{note}")
+        console.print(
+            f"references fitted on {refs['fit_on']} ({refs['train_tokens']} tokens), scored on the same "
+            f"{refs['tokens_scored']} tokens{note}"
+        )
     if "height" in p:  # images: one image per row, no packing
         console.print(
             f"dimensions scored {p['tokens_scored']:.0f} in {p['rows_scored']} images of "
@@ -161,7 +216,8 @@ def render_ppl(record: dict) -> None:
         return
     console.print(
         f"tokens scored {p['tokens_scored']:.0f} in {p['rows_scored']} rows of L={p['seq_len']} "
-        f"({p['tokenizer']}, wrap={p['packing'].get('wrap')}, eos_between_docs={p['packing'].get('eos_between_docs')}); "
+        f"({p['tokenizer']}, wrap={p['packing'].get('wrap')}, "
+        f"eos_between_docs={p['packing'].get('eos_between_docs')}); "
         f"{p['token_convention']}; stderr: {p['stderr_method']}"
     )
 

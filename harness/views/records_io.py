@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from harness.errors import PrimebenchError
 
 
-def load_records(paths: Iterable[str | Path], *,
-                 skip: Callable[[Path, PrimebenchError], None] | None = None) -> list[dict[str, Any]]:
+def load_records(
+    paths: Iterable[str | Path], *, skip: Callable[[Path, PrimebenchError], None] | None = None
+) -> list[dict[str, Any]]:
     """Read every record named by ``paths``: JSON files, or folders (all ``*.json`` inside,
     recursively, in sorted order). A file that is not a record raises :func:`read_record`'s error;
     with ``skip``, it is passed to ``skip(path, error)`` and left out instead, and only a set of
@@ -23,8 +25,10 @@ def load_records(paths: Iterable[str | Path], *,
         files.extend(f for f in found if f not in files)
     if not files:
         names = ", ".join(repr(str(p)) for p in paths) or "(none given)"
-        raise PrimebenchError(f"no records found in {names}",
-                              fix="pass record files or folders written by `primebench eval ... --out DIR`")
+        raise PrimebenchError(
+            f"no records found in {names}",
+            fix="pass record files or folders written by `primebench eval ... --out DIR`",
+        )
     if skip is None:
         return [read_record(f) for f in files]
     records, problems = [], []
@@ -37,9 +41,12 @@ def load_records(paths: Iterable[str | Path], *,
             problems.append(exc.problem)
             skip(file, exc)
     if not records:
-        raise PrimebenchError(f"none of the {len(files)} JSON file{'s' if len(files) > 1 else ''} is a readable record: "
-                              + "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else ""),
-                              fix="pass record files or folders written by `primebench eval ... --out DIR`")
+        raise PrimebenchError(
+            f"none of the {len(files)} JSON file{'s' if len(files) > 1 else ''} is a readable record: "
+            + "; ".join(problems[:3])
+            + ("; ..." if len(problems) > 3 else ""),
+            fix="pass record files or folders written by `primebench eval ... --out DIR`",
+        )
     return records
 
 

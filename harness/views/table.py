@@ -12,8 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from harness.errors import PrimebenchError
 
@@ -77,12 +77,32 @@ class Table:
 
 _SYMBOLS = {
     "text": {"bound": "<=", "paper-objective": "†", "estimate": "~", "flag": "‡{}", "pm": "±", "none": "–"},
-    "latex": {"bound": r"$\le$", "paper-objective": r"$^{\dagger}$", "estimate": r"$\sim$",
-              "flag": r"$^{{\ddagger {}}}$", "pm": r"$\pm$", "none": "--"},
+    "latex": {
+        "bound": r"$\le$",
+        "paper-objective": r"$^{\dagger}$",
+        "estimate": r"$\sim$",
+        "flag": r"$^{{\ddagger {}}}$",
+        "pm": r"$\pm$",
+        "none": "--",
+    },
 }
-_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "±": r"$\pm$", "†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "…": r"\ldots{}", "—": "---"}
+_LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "†": r"$^{\dagger}$",
+    "‡": r"$^{\ddagger}$",
+    "…": r"\ldots{}",
+    "—": "---",
+}
 
 
 def _latex_escape(text: str) -> str:
@@ -141,8 +161,11 @@ def to_rich(table: Table):
     caption = Text("\n".join(_footnote_text(n, "text") for n in table.footnotes))
     out = RichTable(title=Text(table.title), caption=caption, caption_justify="left")
     for col in table.columns:
-        out.add_column(Text(_title_text(col, "text").replace(", ", "\n")), justify="right" if col.numeric else "left",
-                       no_wrap=col.key not in ("protocol", "case"))
+        out.add_column(
+            Text(_title_text(col, "text").replace(", ", "\n")),
+            justify="right" if col.numeric else "left",
+            no_wrap=col.key not in ("protocol", "case"),
+        )
     for row in table.rows:
         out.add_row(*(Text(_cell_text(c, "text")) for c in row))
     return out
@@ -172,8 +195,13 @@ def _render_md(table: Table) -> str:
 
 def _render_latex(table: Table) -> str:
     spec = "".join("r" if c.numeric else "l" for c in table.columns)
-    lines = [f"% {table.title}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
-             " & ".join(_title_text(c, "latex") for c in table.columns) + r" \\", r"\midrule"]
+    lines = [
+        f"% {table.title}",
+        f"\\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(_title_text(c, "latex") for c in table.columns) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(_cell_text(c, "latex") for c in row) + r" \\" for row in table.rows]
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip", r"{\footnotesize"]
     lines += [_footnote_text(n, "latex") + r"\\" for n in table.footnotes]
@@ -192,8 +220,11 @@ def _render_csv(table: Table) -> str:
         out = []
         for col, cell in zip(table.columns, row):
             if col.numeric:
-                out += ["" if cell.value is None else repr(cell.value),
-                        "" if cell.stderr is None or cell.value is None else repr(cell.stderr), cell.kind or ""]
+                out += [
+                    "" if cell.value is None else repr(cell.value),
+                    "" if cell.stderr is None or cell.value is None else repr(cell.stderr),
+                    cell.kind or "",
+                ]
             else:
                 out.append(cell.text or "")
         writer.writerow(out + [";".join(table.flag_keys(row))])

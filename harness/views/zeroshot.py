@@ -37,9 +37,11 @@ def zeroshot_table(records, spec: Layout) -> Table:
         cells = models.setdefault((e.label, e.family), {})
         dataset = str(e.protocol.get("dataset"))
         if dataset in cells:
-            raise PrimebenchError(f"two records for model {e.label!r} on dataset {dataset!r} "
-                                  f"(created {cells[dataset].created} and {e.created})",
-                                  fix="pass one record per model and dataset (remove the older file)")
+            raise PrimebenchError(
+                f"two records for model {e.label!r} on dataset {dataset!r} "
+                f"(created {cells[dataset].created} and {e.created})",
+                fix="pass one record per model and dataset (remove the older file)",
+            )
         cells[dataset] = e
     columns = [Column("model", "model", False), Column("family", "family", False)]
     columns += [Column(d, d) for d in datasets]
@@ -77,7 +79,9 @@ def render_zeroshot(record: dict) -> None:
     from harness.logging import stdout_console
 
     p = record["protocol"]
-    table = RichTable(title=f"{record['model']['name']} ({record['model']['family']}) zero-shot, lm-eval {p['lm_eval_version']}")
+    table = RichTable(
+        title=f"{record['model']['name']} ({record['model']['family']}) zero-shot, lm-eval {p['lm_eval_version']}"
+    )
     for col in ("task", "metric", "kind", "value", "± stderr", "units"):
         table.add_column(col)
     for name, m in record["metrics"].items():
@@ -91,7 +95,8 @@ def render_zeroshot(record: dict) -> None:
     k = "" if p["mc_samples"] is None else f" (K={p['mc_samples']})"
     console.print(
         f"documents {p['documents']} (limit {p['limit']}); {p['estimator']['kind']}{k}: {p['estimator']['estimator']}; "
-        f"requests {a['requests']}; truncated contexts {a['truncated_requests']} ({a['truncated_context_tokens']} tokens)"
+        f"requests {a['requests']}; truncated contexts {a['truncated_requests']} "
+        f"({a['truncated_context_tokens']} tokens)"
     )
 
 

@@ -13,10 +13,9 @@ import math
 import pytest
 import torch
 
-from tests.toys import randomize
-
 from harness.models import build_model
 from prime.bounds import exact_nll, subtoken_bound
+from tests.toys import randomize
 
 SIZES = dict(d_model=16, n_layers=1, n_heads=2)
 FAMILIES = ["arm", "mdlm", "masked", "prime"]
@@ -24,8 +23,6 @@ FAMILIES = ["arm", "mdlm", "masked", "prime"]
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
 
 
 def tokens_denoiser(model):
@@ -61,6 +58,7 @@ def _pair(C: int, L: int, seed: int):
 # ----------------------------------------------------------------------------------------------
 # MDLM / masked: bound vs exact any-order likelihood, Monte Carlo vs enumeration
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("C, L, seed", [(5, 4, 0), (6, 6, 1), (7, 8, 2)])
 def test_mdlm_bound_is_above_its_exact_likelihood(C, L, seed):
@@ -117,7 +115,9 @@ def test_masked_loss_expectation_is_the_mdlm_nelbo():
     xb = x.expand(40 * L, L).contiguous()
     with torch.no_grad():
         losses = torch.tensor([float(masked.loss(xb, generator=_gen(100 + s))) for s in range(16)], dtype=torch.float64)
-        mdlm_losses = torch.tensor([float(mdlm.loss(xb, generator=_gen(100 + s))) for s in range(16)], dtype=torch.float64)
+        mdlm_losses = torch.tensor(
+            [float(mdlm.loss(xb, generator=_gen(100 + s))) for s in range(16)], dtype=torch.float64
+        )
     se = float(losses.std() / math.sqrt(len(losses)))
     assert abs(float(losses.mean()) - nelbo) < 4 * se, (float(losses.mean()), nelbo, se)
     # MDLM's loss draws t instead of n: the same NELBO up to its O(1e-3) truncation bias.
@@ -128,6 +128,7 @@ def test_masked_loss_expectation_is_the_mdlm_nelbo():
 # ----------------------------------------------------------------------------------------------
 # ARM: exact likelihood
 # ----------------------------------------------------------------------------------------------
+
 
 def test_arm_nll_is_the_sum_of_next_token_log_probs():
     C, L = 7, 6
@@ -166,6 +167,7 @@ def test_arm_nll_is_invariant_to_batch_and_padding():
 # Every family: kinds, batch composition, gradients, errors
 # ----------------------------------------------------------------------------------------------
 
+
 def _model(family: str, C: int, L: int, seed: int):
     extra = dict(ell=2) if family == "prime" else {}
     return randomize(build_model(family, vocab_size=C, seq_len=L, **SIZES, **extra), seed)
@@ -196,7 +198,9 @@ def test_nll_of_a_sequence_does_not_depend_on_the_rest_of_the_batch(family):
     assert abs(float(z)) < 4, (alone[0], mixed[0], se_alone[0], se_mixed[0])
     # ... and the whole batch result is the per-row results: row b of a batch of B rows.
     row = model.nll(x[2:3].repeat(64, 1), num_samples=4, generator=_gen(25), time_sampler="n")
-    assert abs(float(row.nats.mean() - mixed[2])) < 4 * float(torch.sqrt(row.stderr.pow(2).sum() / 64**2 + se_mixed[2] ** 2))
+    assert abs(float(row.nats.mean() - mixed[2])) < 4 * float(
+        torch.sqrt(row.stderr.pow(2).sum() / 64**2 + se_mixed[2] ** 2)
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -232,6 +236,7 @@ def test_bad_inputs_raise(family):
 # Training lowers the validation NLL (slow: a few hundred CPU steps per family)
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_training_lowers_validation_nll(family, tmp_path):
@@ -246,8 +251,15 @@ def test_training_lowers_validation_nll(family, tmp_path):
     train(cfg, tmp_path / "run", quiet=True)
     model, tokenizer, cfg = harness.load(tmp_path / "run")
     d = cfg.data
-    valid = get_packed(get_corpus(d.corpus), d.valid_split, tokenizer, seq_len=d.seq_len, wrap=d.wrap,
-                       eos_between_docs=d.eos_between_docs, remainder=d.remainder)
+    valid = get_packed(
+        get_corpus(d.corpus),
+        d.valid_split,
+        tokenizer,
+        seq_len=d.seq_len,
+        wrap=d.wrap,
+        eos_between_docs=d.eos_between_docs,
+        remainder=d.remainder,
+    )
     rows, mask = valid.input_ids[:32], valid.attention_mask[:32]
     torch.manual_seed(cfg.seed)
     untrained = model_from_config(cfg.model, vocab_size=model.vocab_size, seq_len=model.seq_len)

@@ -131,7 +131,14 @@ def test_identical_models_save_identical_bytes(trained, tmp_path):
 
     model, tok, cfg = harness.load(trained("prime"))
     for name in ("a", "b"):
-        save_checkpoint(tmp_path / name, model=model, ema_state=None, cfg=cfg, tokenizer=tok, step=5,
-                        trainer_state={"optimizer": {"state": {}, "param_groups": []}})
+        save_checkpoint(
+            tmp_path / name,
+            model=model,
+            ema_state=None,
+            cfg=cfg,
+            tokenizer=tok,
+            step=5,
+            trainer_state={"optimizer": {"state": {}, "param_groups": []}},
+        )
     for name in ("model.safetensors", "trainer_state.pt", "config.yaml"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from harness.config import Config, apply_overrides, config_from_dict, load_config, preset_names
@@ -54,7 +56,7 @@ def test_yaml_path_round_trip(tmp_path):
 
 def test_frozen():
     cfg = Config()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 1  # type: ignore[misc]
 
 
@@ -64,12 +66,19 @@ def test_apply_overrides_does_not_mutate():
     assert data["train"]["steps"] == 1 and out["train"]["steps"] == 2
 
 
-@pytest.mark.parametrize("key,value,owners", [
-    ("ell", 2, "prime family"), ("carry_over", "false", "prime family"),
-    ("schedule", "linear", "masked, mdlm, prime families"), ("time_conditioning", "true", "mdlm, prime families"),
-])
+@pytest.mark.parametrize(
+    "key,value,owners",
+    [
+        ("ell", 2, "prime family"),
+        ("carry_over", "false", "prime family"),
+        ("schedule", "linear", "masked, mdlm, prime families"),
+        ("time_conditioning", "true", "mdlm, prime families"),
+    ],
+)
 def test_each_family_accepts_only_its_own_model_keys(key, value, owners):
-    with pytest.raises(ConfigError, match=rf"'model\.{key}' for the arm family \(model\.{key} only applies to the {owners}\)"):
+    with pytest.raises(
+        ConfigError, match=rf"'model\.{key}' for the arm family \(model\.{key} only applies to the {owners}\)"
+    ):
         load_config("tiny/arm", [f"model.{key}={value}"])
     with pytest.raises(ConfigError, match="did you mean 'schedule'"):
         load_config("tiny/mdlm", ["model.shedule=linear"])
@@ -93,9 +102,22 @@ def test_saved_configs_round_trip_with_only_the_familys_keys():
 def test_checkpoint_configs_written_with_every_key_still_load():
     from harness.config import drop_legacy_model_keys
 
-    legacy = {"family": "arm", "d_model": 64, "n_layers": 2, "n_heads": 2, "mlp_ratio": 4, "dropout": 0.0,
-              "time_conditioning": False, "cond_dim": 64, "schedule": "loglinear", "ell": 1, "carry_over": True,
-              "positions": "rope", "image_shape": "", "start_token": False}
+    legacy = {
+        "family": "arm",
+        "d_model": 64,
+        "n_layers": 2,
+        "n_heads": 2,
+        "mlp_ratio": 4,
+        "dropout": 0.0,
+        "time_conditioning": False,
+        "cond_dim": 64,
+        "schedule": "loglinear",
+        "ell": 1,
+        "carry_over": True,
+        "positions": "rope",
+        "image_shape": "",
+        "start_token": False,
+    }
     cfg = config_from_dict(drop_legacy_model_keys({"model": legacy}))
     assert cfg.model.family == "arm" and cfg.model.d_model == 64
     with pytest.raises(ConfigError, match="model.ell"):  # a value that meant something is never dropped
@@ -112,12 +134,23 @@ def test_numbers_in_usual_notations_in_overrides_and_files(tmp_path, text, value
     assert cfg.train.lr == pytest.approx(value) and cfg.train.steps == 1000 and isinstance(cfg.train.steps, int)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.ema=2", "train.ema"), ("train.ema=-0.1", "train.ema"), ("train.lr=0", "train.lr"),
-    ("train.lr=-1e-3", "train.lr"), ("train.beta2=1", "train.beta2"), ("model.dropout=1.5", "model.dropout"),
-    ("train.warmup=-1", "train.warmup"), ("train.steps=0", "train.steps"), ("seed=-1", "seed"),
-    ("train.grad_clip=-1", "train.grad_clip"), ("train.lr=.inf", "finite"), ("train.steps=2.5", "integer"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.ema=2", "train.ema"),
+        ("train.ema=-0.1", "train.ema"),
+        ("train.lr=0", "train.lr"),
+        ("train.lr=-1e-3", "train.lr"),
+        ("train.beta2=1", "train.beta2"),
+        ("model.dropout=1.5", "model.dropout"),
+        ("train.warmup=-1", "train.warmup"),
+        ("train.steps=0", "train.steps"),
+        ("seed=-1", "seed"),
+        ("train.grad_clip=-1", "train.grad_clip"),
+        ("train.lr=.inf", "finite"),
+        ("train.steps=2.5", "integer"),
+    ],
+)
 def test_numeric_keys_are_range_checked(override, message):
     from harness.config import load_config
 
@@ -134,7 +167,10 @@ def test_a_wrong_type_names_the_override_or_the_file_and_the_key(tmp_path):
     path.write_text("name: mine\ntrain:\n  lr: fast\n")
     with pytest.raises(ConfigError) as exc:
         load_config(str(path))
-    assert exc.value.problem.startswith(f"config file {str(path)!r}: ") and "'train.lr' must be a number" in exc.value.problem
+    assert (
+        exc.value.problem.startswith(f"config file {str(path)!r}: ")
+        and "'train.lr' must be a number" in exc.value.problem
+    )
     with pytest.raises(ConfigError, match=r"^override 'train.lr=slow'"):  # the override, not the file, set it last
         load_config(str(path), ["train.lr=slow"])
     path.write_text("train: 5\n")

@@ -11,8 +11,15 @@ from harness.errors import ConfigError
 from harness.evaluation.ppl import run_ppl
 from harness.training import train
 
-FAST = ["train.steps=4", "train.batch_size=8", "train.eval_every=4", "train.save_every=4", "train.eval_batches=1",
-        "train.sample_grid=4", "model.d_model=32"]
+FAST = [
+    "train.steps=4",
+    "train.batch_size=8",
+    "train.eval_every=4",
+    "train.save_every=4",
+    "train.eval_batches=1",
+    "train.sample_grid=4",
+    "model.d_model=32",
+]
 KINDS = {"arm": "exact", "mdlm": "bound", "masked": "bound", "prime": "bound"}
 
 
@@ -36,7 +43,14 @@ def test_every_family_trains_on_digits_and_reports_bpd(runs, family):
     assert bpd["kind"] == KINDS[family] and bpd["units"] == "bits/dim"
     assert bpd["value"] == pytest.approx(nll["value"] / math.log(2))
     p = rec["protocol"]
-    assert (p["dataset"], p["split"], p["height"], p["width"], p["channels"], p["levels"]) == ("digits", "test", 8, 8, 1, 17)
+    assert (p["dataset"], p["split"], p["height"], p["width"], p["channels"], p["levels"]) == (
+        "digits",
+        "test",
+        8,
+        8,
+        1,
+        17,
+    )
     assert p["tokens_scored"] == 10 * 64  # every dimension, the ARM's first pixel included
 
 
@@ -64,7 +78,9 @@ def test_prime_on_digits_never_samples_an_invalid_code(runs):
     model, _, _ = load(runs["prime"])
     assert model.base == 5 and model.base**model.ell > 17  # 8 invalid codes exist
     for sampler in ("ancestral", "first-hitting"):
-        out = generate(model, sampler, num_samples=32, batch_size=32, generator=1, steps=8 if sampler == "ancestral" else None)
+        out = generate(
+            model, sampler, num_samples=32, batch_size=32, generator=1, steps=8 if sampler == "ancestral" else None
+        )
         assert out.tokens.min() >= 0 and out.tokens.max() < 17
 
 

@@ -82,8 +82,13 @@ def test_safetensors_bytes_are_deterministic_and_readable(tmp_path):
 
     from harness.io import safetensors_bytes
 
-    tensors = {"b.w": torch.randn(3, 2), "a": torch.arange(5), "h": torch.ones(2, dtype=torch.bfloat16),
-               "m": torch.tensor([True, False]), "empty": torch.zeros(0)}
+    tensors = {
+        "b.w": torch.randn(3, 2),
+        "a": torch.arange(5),
+        "h": torch.ones(2, dtype=torch.bfloat16),
+        "m": torch.tensor([True, False]),
+        "empty": torch.zeros(0),
+    }
     meta = {"step": "3", "family": "mdlm", "vocab_size": "257", "seq_len": "64", "format": "x", "mask_id": "257"}
     data = safetensors_bytes(tensors, meta)
     assert data == safetensors_bytes(dict(reversed(list(tensors.items()))), dict(reversed(list(meta.items()))))

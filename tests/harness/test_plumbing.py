@@ -17,8 +17,9 @@ def online(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("value, on", [("1", True), ("true", True), (" YES ", True), ("on", True),
-                                       ("0", False), ("", False), ("off", False)])
+@pytest.mark.parametrize(
+    "value, on", [("1", True), ("true", True), (" YES ", True), ("on", True), ("0", False), ("", False), ("off", False)]
+)
 def test_env_flag_values(online, value, on):
     online.setenv("HF_HUB_OFFLINE", value)
     assert env_flag("HF_HUB_OFFLINE") is on

@@ -1,5 +1,4 @@
 import json
-import math
 
 import pytest
 
@@ -89,8 +88,13 @@ def test_a_non_finite_metric_is_an_error_and_records_are_strict_json(tmp_path):
     from harness.records import record_json
 
     with pytest.raises(NumericalError, match="not finite"):
-        make_record("ppl", model={"name": "m", "checkpoint": "runs/x"}, protocol={}, seed=0,
-                    metrics={"nll": Metric(float("nan"), None, "bound", "nats/token")})
+        make_record(
+            "ppl",
+            model={"name": "m", "checkpoint": "runs/x"},
+            protocol={},
+            seed=0,
+            metrics={"nll": Metric(float("nan"), None, "bound", "nats/token")},
+        )
     record = _record(extra_value=float("inf"), per_row=[1.0, float("nan")])
     text = record_json(record)
 

@@ -111,7 +111,9 @@ def test_judge_folder_with_a_code_pickle_is_refused_before_transformers_opens_it
 
     folder = tmp_path / "judge"
     folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 10}')
+    (folder / "config.json").write_text(
+        '{"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 10}'
+    )
     _evil(folder / "pytorch_model.bin", marker)
     with pytest.raises(UnsafeFileError, match="judge weights"):
         load_judge(str(folder))

@@ -107,8 +107,11 @@ def test_a_save_killed_between_the_weights_and_the_state_is_completed_on_resume(
     # the trainer state's values (its pickle's bytes differ after any resume, interrupted or not)
     got, want = (torch.load(tmp_path / run / "trainer_state.pt", weights_only=True) for run in ("r", "full"))
     assert got["step"] == want["step"] == 6 and torch.equal(got["torch_rng"], want["torch_rng"])
-    assert all(torch.equal(got["optimizer"]["state"][i][k], v) for i, s in want["optimizer"]["state"].items()
-               for k, v in s.items())
+    assert all(
+        torch.equal(got["optimizer"]["state"][i][k], v)
+        for i, s in want["optimizer"]["state"].items()
+        for k, v in s.items()
+    )
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(p.name for p in (tmp_path / "full").iterdir())
 
 
@@ -150,8 +153,23 @@ def test_ddp_two_cpu_processes_match_one(tmp_path):
     args = ["tiny/arm", "train.steps=4", "train.eval_every=4", "train.save_every=4", "--quiet", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "harness", "train", *args, "--out", str(tmp_path / "ddp")],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29517",
+            "-m",
+            "harness",
+            "train",
+            *args,
+            "--out",
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summaries = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -162,10 +180,17 @@ def test_ddp_two_cpu_processes_match_one(tmp_path):
 
 # --- hardening: interruption, locks, logs, divergence -------------------------------------------------
 
+
 def _cli(*args, **kwargs):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kwargs,
+    )
 
 
 def _log_steps(run):
@@ -224,8 +249,12 @@ def test_two_concurrent_runs_in_one_folder_one_is_refused(tmp_path):
     deadline = time.time() + 120
     while not (run / "train_log.jsonl").exists() and time.time() < deadline:
         time.sleep(0.05)
-    second = subprocess.run([sys.executable, "-m", "harness", "train", "tiny/arm", *overrides, "--out", str(run), "--quiet"],
-                            capture_output=True, text=True, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "-m", "harness", "train", "tiny/arm", *overrides, "--out", str(run), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     first.send_signal(15)
     first.communicate(timeout=120)
     assert second.returncode == 2 and "in use by another process" in second.stderr
@@ -243,7 +272,12 @@ def test_stale_log_is_not_appended_and_resume_drops_unsaved_steps(tmp_path):
     assert _log_steps(run) == [1, 2, 3, 4] and (run / "train_log.stale.jsonl").exists()
     with open(run / "train_log.jsonl", "a") as fh:  # steps an interrupted run logged after its last save
         fh.write('{"step": 5, "loss": 1.0}\n{"step": 6, "loss": 1.0}\n{"step": 7, "lo')
-    train(load_config("tiny/arm", ["train.steps=6", "train.save_every=4", "train.eval_every=4"]), run, quiet=True, resume=True)
+    train(
+        load_config("tiny/arm", ["train.steps=6", "train.save_every=4", "train.eval_every=4"]),
+        run,
+        quiet=True,
+        resume=True,
+    )
     assert _log_steps(run) == [1, 2, 3, 4, 5, 6]
 
 
@@ -264,7 +298,9 @@ def test_corrupt_state_points_to_restart_and_restart_starts_over(tmp_path):
     result = train(cfg, tmp_path / "r", quiet=True, restart=True)
     assert result.step == 4 and _log_steps(tmp_path / "r") == [1, 2, 3, 4]
     train(cfg, tmp_path / "fresh", quiet=True)
-    assert (tmp_path / "r" / "model.safetensors").read_bytes() == (tmp_path / "fresh" / "model.safetensors").read_bytes()
+    assert (tmp_path / "r" / "model.safetensors").read_bytes() == (
+        tmp_path / "fresh" / "model.safetensors"
+    ).read_bytes()
     with pytest.raises(ConfigError, match="exclude"):
         train(cfg, tmp_path / "r", quiet=True, resume=True, restart=True)
 
@@ -278,10 +314,16 @@ def test_resume_with_fewer_steps_than_saved_is_an_error(tmp_path):
 def test_divergence_never_saves_non_finite_weights(tmp_path):
     from harness.errors import NumericalError
 
-    cfg = load_config("tiny/arm", ["train.steps=6", "train.lr=1e6", "train.warmup=0", "train.save_every=1", "train.grad_clip=0"])
+    cfg = load_config(
+        "tiny/arm", ["train.steps=6", "train.lr=1e6", "train.warmup=0", "train.save_every=1", "train.grad_clip=0"]
+    )
     with pytest.raises(NumericalError) as info:
         train(cfg, tmp_path / "r", quiet=True)
-    saved = int(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)["step"]) if (tmp_path / "r" / "trainer_state.pt").exists() else None
+    saved = (
+        int(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)["step"])
+        if (tmp_path / "r" / "trainer_state.pt").exists()
+        else None
+    )
     message = info.value.problem
     if saved is None:
         assert "no checkpoint was saved" in message
@@ -331,7 +373,9 @@ def test_masked_cross_entropy_by_rate(trained, family):
             z = model.units(x).masked_fill(model.unit_mask(masked), model.mask_id)
             return float(-model.log_probs(z, None).gather(-1, x[..., None]).squeeze(-1)[masked].double().mean())
 
-    assert model.masked_cross_entropy(x, rate=1.0) == pytest.approx(by_hand(torch.ones_like(x, dtype=torch.bool)), rel=1e-6)
+    assert model.masked_cross_entropy(x, rate=1.0) == pytest.approx(
+        by_hand(torch.ones_like(x, dtype=torch.bool)), rel=1e-6
+    )
     few = model.masked_cross_entropy(x, rate=0.15, generator=torch.Generator().manual_seed(1))
     drawn = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) < 0.15
     assert few == pytest.approx(by_hand(drawn), rel=1e-6)
@@ -346,6 +390,8 @@ def test_lr_schedules():
     lrs = [lr_at(cos, s) for s in range(100)]
     assert lrs[:10] == pytest.approx([0.001 * (s + 1) for s in range(10)])  # the same warmup
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))  # then never rises
-    assert lrs[99] == pytest.approx(COSINE_FLOOR * 0.01) and lrs[54] == pytest.approx(0.01 * (1 + COSINE_FLOOR) / 2, rel=0.02)
+    assert lrs[99] == pytest.approx(COSINE_FLOOR * 0.01) and lrs[54] == pytest.approx(
+        0.01 * (1 + COSINE_FLOOR) / 2, rel=0.02
+    )
     with pytest.raises(ConfigError, match="lr_schedule"):
         load_config("tiny/mdlm", ["train.lr_schedule=linear"])

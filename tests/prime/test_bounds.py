@@ -15,8 +15,15 @@ import pytest
 import torch
 
 from harness.errors import PrimebenchError
-from prime.bounds import (exact_nll, restricted_log_probs, subtoken_bound, subtoken_log_marginals,
-                          subtoken_nll_terms, token_joint_nll_terms, token_joint_objective)
+from prime.bounds import (
+    exact_nll,
+    restricted_log_probs,
+    subtoken_bound,
+    subtoken_log_marginals,
+    subtoken_nll_terms,
+    token_joint_nll_terms,
+    token_joint_objective,
+)
 from prime.subtokens import encode, mask_id, subtoken_base
 from prime.toy import ConstantDenoiser, TableDenoiser, data_entropy, worked_example
 
@@ -34,8 +41,7 @@ class _Brute:
     def __init__(self, denoiser, C, ell, L):
         self.den, self.C, self.ell, self.L = denoiser, C, ell, L
         self.base = subtoken_base(C, ell)
-        self.digits = [[(c // self.base ** (ell - j)) % self.base for j in range(1, ell + 1)]
-                       for c in range(C)]
+        self.digits = [[(c // self.base ** (ell - j)) % self.base for j in range(1, ell + 1)] for c in range(C)]
         self._cache = {}
 
     def joint(self, state, i):
@@ -44,9 +50,8 @@ class _Brute:
         if key not in self._cache:
             y_t = torch.tensor(state).reshape(1, self.L, self.ell)
             logits = self.den(y_t)[0, i].tolist()
-            token = state[i * self.ell:(i + 1) * self.ell]
-            ok = [all(v == self.base or v == d for v, d in zip(token, self.digits[c]))
-                  for c in range(self.C)]
+            token = state[i * self.ell : (i + 1) * self.ell]
+            ok = [all(v == self.base or v == d for v, d in zip(token, self.digits[c])) for c in range(self.C)]
             top = max(z for z, a in zip(logits, ok) if a)
             w = [math.exp(z - top) if a else 0.0 for z, a in zip(logits, ok)]
             self._cache[key] = [x / sum(w) for x in w]
@@ -83,8 +88,11 @@ class _Brute:
             if n == 0:
                 continue
             state = tuple(self.base if b else v for b, v in zip(bits, y0))
-            loss = sum(-math.log(self.joint(state, i)[x0_row[i]]) for i in range(self.L)
-                       if any(bits[i * self.ell:(i + 1) * self.ell]))
+            loss = sum(
+                -math.log(self.joint(state, i)[x0_row[i]])
+                for i in range(self.L)
+                if any(bits[i * self.ell : (i + 1) * self.ell])
+            )
             total += loss / (n * math.comb(N, n))
         return total
 
@@ -187,14 +195,13 @@ def test_monte_carlo_agrees_with_exact(sampler, objective):
     den = TableDenoiser(C, ell, L, generator=_gen(5), scale=1.5)
     x0 = torch.tensor([[6, 2], [0, 5]])
     exact = objective(den, x0, C=C, ell=ell)
-    value, stderr = objective(den, x0, C=C, ell=ell, exact=False, num_samples=4000,
-                              generator=_gen(11), time_sampler=sampler)
+    value, stderr = objective(
+        den, x0, C=C, ell=ell, exact=False, num_samples=4000, generator=_gen(11), time_sampler=sampler
+    )
     assert (stderr > 0).all()
     assert ((value - exact).abs() < 4 * stderr).all(), (value, exact, stderr)
-    few = objective(den, x0, C=C, ell=ell, exact=False, num_samples=64, generator=_gen(12),
-                    time_sampler=sampler)
-    many = objective(den, x0, C=C, ell=ell, exact=False, num_samples=1024, generator=_gen(12),
-                     time_sampler=sampler)
+    few = objective(den, x0, C=C, ell=ell, exact=False, num_samples=64, generator=_gen(12), time_sampler=sampler)
+    many = objective(den, x0, C=C, ell=ell, exact=False, num_samples=1024, generator=_gen(12), time_sampler=sampler)
     assert (many.stderr < few.stderr / 2).all()
 
 
@@ -227,8 +234,13 @@ def test_too_large_enumeration_names_the_size():
 def test_fused_terms_equal_the_log_softmax_and_scatter_path(C, ell, carry_over):
     """One exp and reshaped sums give the numbers of restricted log-softmax + digit-group
     logsumexp, and the new marginals equal a per-class reference loop."""
-    from prime.bounds import (fused_prime_terms, restricted_log_probs, subtoken_log_marginals, subtoken_nll_terms,
-                              token_joint_nll_terms)
+    from prime.bounds import (
+        fused_prime_terms,
+        restricted_log_probs,
+        subtoken_log_marginals,
+        subtoken_nll_terms,
+        token_joint_nll_terms,
+    )
     from prime.subtokens import digit_table, encode, subtoken_base
 
     g = torch.Generator().manual_seed(C * ell)
@@ -240,8 +252,18 @@ def test_fused_terms_equal_the_log_softmax_and_scatter_path(C, ell, carry_over):
     masked = torch.rand(B, L, ell, generator=g) < 0.5
     y_t = torch.where(masked, torch.full_like(y0, base), y0)
     log_p = restricted_log_probs(logits, y_t, C=C, base=base, ell=ell, carry_over=carry_over)
-    sub, joint = fused_prime_terms(logits, y_t, x0, y0, masked, C=C, base=base, ell=ell, carry_over=carry_over,
-                                   estimators=["subtoken", "token_joint"])
+    sub, joint = fused_prime_terms(
+        logits,
+        y_t,
+        x0,
+        y0,
+        masked,
+        C=C,
+        base=base,
+        ell=ell,
+        carry_over=carry_over,
+        estimators=["subtoken", "token_joint"],
+    )
     assert torch.allclose(sub, subtoken_nll_terms(log_p, y0, masked, base, ell), atol=1e-5)
     assert torch.allclose(joint, token_joint_nll_terms(log_p, x0, masked), atol=1e-5)
     # the marginals against a loop over classes
@@ -268,8 +290,9 @@ def test_fused_terms_recompute_an_underflowing_marginal_exactly():
     logits[..., 0] = 200.0  # code 0 dominates: the true code's digit groups sit 200 nats below it
     y_t = torch.full_like(y0, base)
     log_p = restricted_log_probs(logits, y_t, C=C, base=base, ell=ell)
-    (sub,) = fused_prime_terms(logits, y_t, x0, y0, masked, C=C, base=base, ell=ell, carry_over=True,
-                               estimators=["subtoken"])
+    (sub,) = fused_prime_terms(
+        logits, y_t, x0, y0, masked, C=C, base=base, ell=ell, carry_over=True, estimators=["subtoken"]
+    )
     want = subtoken_nll_terms(log_p, y0, masked, base, ell)
     assert torch.isfinite(sub).all() and torch.allclose(sub, want, rtol=1e-6)
     assert float(sub) > 300

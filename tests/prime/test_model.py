@@ -8,23 +8,27 @@ own network (``Prime.denoiser()``), on tiny time-independent models with random 
 from __future__ import annotations
 
 import json
+
 import pytest
 import torch
 
-from tests.toys import randomize
-
 from harness.errors import ConfigError
 from harness.models import build_model
-from prime.bounds import (exact_nll, subtoken_bound, subtoken_log_marginals, subtoken_nll_terms,
-                          token_joint_nll_terms, token_joint_objective)
+from prime.bounds import (
+    exact_nll,
+    subtoken_bound,
+    subtoken_log_marginals,
+    subtoken_nll_terms,
+    token_joint_nll_terms,
+    token_joint_objective,
+)
+from tests.toys import randomize
 
 SIZES = dict(d_model=24, n_layers=1, n_heads=2)  # d_model divisible by ell = 1, 2, 3
 
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
 
 
 def prime(C: int, L: int, ell: int, seed: int, **kwargs):
@@ -49,6 +53,7 @@ def pooled_nll(model, x0: torch.Tensor, *, copies: int, num_samples: int, seed: 
 # ----------------------------------------------------------------------------------------------
 # ell = 1: Prime is MDLM
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("time_conditioning", [False, True])
 def test_ell_one_is_mdlm(time_conditioning):
@@ -81,8 +86,9 @@ def test_ell_one_is_mdlm(time_conditioning):
     for sampler in samplers:
         want = mdlm.nll(x0, num_samples=3, generator=_gen(20), attention_mask=mask, time_sampler=sampler)
         for estimator in ("subtoken", "token_joint"):
-            got = p.nll(x0, num_samples=3, generator=_gen(20), attention_mask=mask, estimator=estimator,
-                        time_sampler=sampler)
+            got = p.nll(
+                x0, num_samples=3, generator=_gen(20), attention_mask=mask, estimator=estimator, time_sampler=sampler
+            )
             assert torch.equal(got.nats, want.nats), (sampler, estimator)
             assert torch.equal(got.stderr, want.stderr) and torch.equal(got.tokens, want.tokens)
 
@@ -131,6 +137,7 @@ def test_monte_carlo_nll_agrees_with_enumeration(C, ell, L, estimator):
 # ----------------------------------------------------------------------------------------------
 # Carry-over parameterisation
 # ----------------------------------------------------------------------------------------------
+
 
 def test_carry_over_gives_invalid_codes_nothing():
     C, ell, L = 7, 2, 4  # base 3: codes 7 (21) and 8 (22) are invalid
@@ -186,6 +193,7 @@ def test_a_fully_unmasked_token_contributes_zero(carry_over):
 # Labels, gradients, errors
 # ----------------------------------------------------------------------------------------------
 
+
 def test_estimator_kinds_and_unknown_estimator():
     p = prime(6, 3, 2, seed=4)
     x0 = torch.tensor([[0, 5, 3]])
@@ -223,8 +231,11 @@ def test_prime_errors():
 def test_token_joint_without_carry_over_scores_visible_tokens_as_the_official_code():
     """Official MDM-Prime: -log p_theta(x0) * weight at every position; without carry-over a fully
     visible token's log-probability is not 0, so dropping it (as we once did) changes the number."""
-    model = randomize(build_model("prime", vocab_size=11, seq_len=6, ell=2, carry_over=False, d_model=16,
-                                  n_layers=1, n_heads=2), seed=3, std=0.5)
+    model = randomize(
+        build_model("prime", vocab_size=11, seq_len=6, ell=2, carry_over=False, d_model=16, n_layers=1, n_heads=2),
+        seed=3,
+        std=0.5,
+    )
     g = torch.Generator().manual_seed(0)
     x0 = torch.randint(0, 11, (3, 6), generator=g)
     units = model.units(x0)
@@ -268,33 +279,63 @@ def test_carry_over_and_weights_flags_reach_zeroshot_and_the_precision_audit(tra
     from harness.cli import main
 
     runner = CliRunner()
-    res = runner.invoke(main, ["eval", "zeroshot", str(trained("prime")), "--tasks", "wiki_lastword", "--limit", "2",
-                               "-K", "1", "--no-carry-over", "--no-ema", "--json"])
+    res = runner.invoke(
+        main,
+        [
+            "eval",
+            "zeroshot",
+            str(trained("prime")),
+            "--tasks",
+            "wiki_lastword",
+            "--limit",
+            "2",
+            "-K",
+            "1",
+            "--no-carry-over",
+            "--no-ema",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    protocol = json.loads(res.output[res.output.index("{"):])["protocol"]
+    protocol = json.loads(res.output[res.output.index("{") :])["protocol"]
     assert protocol["carry_over"] is False and protocol["carry_over_trained"] is True and protocol["weights"] == "raw"
     assert "never masked or scored" in protocol["bos"]
-    res = runner.invoke(main, ["audit", "precision", str(trained("prime")), "--steps", "4", "--samples", "2",
-                               "--batch-size", "2", "--no-controls", "--no-carry-over", "--json"])
+    res = runner.invoke(
+        main,
+        [
+            "audit",
+            "precision",
+            str(trained("prime")),
+            "--steps",
+            "4",
+            "--samples",
+            "2",
+            "--batch-size",
+            "2",
+            "--no-controls",
+            "--no-carry-over",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    protocol = json.loads(res.output[res.output.index("{"):])["protocol"]
+    protocol = json.loads(res.output[res.output.index("{") :])["protocol"]
     assert protocol["carry_over"] is False and protocol["carry_over_trained"] is True and protocol["weights"] == "EMA"
     res = runner.invoke(main, ["eval", "zeroshot", str(trained("mdlm")), "--tasks", "wiki_lastword", "--carry-over"])
     assert res.exit_code != 0 and "applies to Prime" in res.output
 
 
 def test_estimator_both_shares_one_forward_pass_and_equals_separate_runs(trained):
-    from harness.evaluation.ppl import run_ppl
-
     import harness
+    from harness.evaluation.ppl import run_ppl
 
     model, _, _ = harness.load(trained("prime"))
     calls = []
     original = model.backbone.forward
     model.backbone.forward = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
     x0 = torch.randint(0, model.vocab_size, (4, model.seq_len), generator=torch.Generator().manual_seed(0))
-    both = model.nll_many(x0, estimators=["subtoken", "token_joint"], num_samples=2,
-                          generator=torch.Generator().manual_seed(1))
+    both = model.nll_many(
+        x0, estimators=["subtoken", "token_joint"], num_samples=2, generator=torch.Generator().manual_seed(1)
+    )
     assert len(calls) == 2  # one forward pass per corruption, for both numbers
     for est, got in zip(["subtoken", "token_joint"], both):
         alone = model.nll(x0, num_samples=2, generator=torch.Generator().manual_seed(1), estimator=est)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from harness.errors import DataError
 from harness.registry import Registry
@@ -76,9 +77,7 @@ def stable_unit(key: str) -> float:
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2.0**64
 
 
-def hash_split(
-    keys: list[str], fraction: float = VALIDATION_FRACTION
-) -> tuple[list[int], list[int]]:
+def hash_split(keys: list[str], fraction: float = VALIDATION_FRACTION) -> tuple[list[int], list[int]]:
     """Indices ``(kept, held_out)`` with ``held_out`` = keys hashing below ``fraction``.
 
     Order is preserved. With two or more keys both parts are non-empty (the lowest-hashing key is

@@ -37,16 +37,12 @@ def _load_hf(arg: str) -> Corpus:
     try:
         import datasets
     except ImportError as exc:
-        raise DataError(
-            f"corpus 'hf:{arg}' needs the datasets package", fix="pip install datasets"
-        ) from exc
+        raise DataError(f"corpus 'hf:{arg}' needs the datasets package", fix="pip install datasets") from exc
     try:
         dataset = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # noqa: BLE001 - turned into a user-facing error either way
         if is_network_error(exc):
-            raise OfflineError(
-                f"corpus 'hf:{arg}' could not be downloaded: {exc}", fix=offline_fix
-            ) from exc
+            raise OfflineError(f"corpus 'hf:{arg}' could not be downloaded: {exc}", fix=offline_fix) from exc
         raise DataError(
             f"could not load Hugging Face dataset 'hf:{arg}': {exc}",
             fix="check the dataset name, config and split",
@@ -54,16 +50,12 @@ def _load_hf(arg: str) -> Corpus:
     columns = list(dataset.column_names)
     if field:
         if field not in columns:
-            raise DataError(
-                f"dataset 'hf:{body}' has no column {field!r}", fix=f"columns: {columns}"
-            )
+            raise DataError(f"dataset 'hf:{body}' has no column {field!r}", fix=f"columns: {columns}")
     elif "text" in columns:
         field = "text"
     else:
         string_columns = [
-            c
-            for c in columns
-            if getattr(dataset.features[c], "dtype", None) in ("string", "large_string")
+            c for c in columns if getattr(dataset.features[c], "dtype", None) in ("string", "large_string")
         ]
         if not string_columns:
             raise DataError(f"dataset 'hf:{body}' has no string column", fix=f"columns: {columns}")
@@ -83,10 +75,13 @@ def _load_openwebtext(arg: str) -> Corpus:
     """``openwebtext``: OpenWebText as MDLM splits it, train = train[:-100000] and validation = the
     last 100k documents (``load_dataset('openwebtext', split='train[-100000:]')``). Needs the network."""
     if arg:
-        raise DataError(f"corpus 'openwebtext:{arg}' takes no argument",
-                        fix="use openwebtext (splits train and validation)")
+        raise DataError(
+            f"corpus 'openwebtext:{arg}' takes no argument", fix="use openwebtext (splits train and validation)"
+        )
     docs = _load_hf(OWT_SOURCE).documents("train")
     if len(docs) <= OWT_HOLDOUT:
-        raise DataError(f"OpenWebText has only {len(docs)} documents, not more than the {OWT_HOLDOUT} held out",
-                        fix="check the dataset copy (the hub version has 8,013,769 documents)")
+        raise DataError(
+            f"OpenWebText has only {len(docs)} documents, not more than the {OWT_HOLDOUT} held out",
+            fix="check the dataset copy (the hub version has 8,013,769 documents)",
+        )
     return make_corpus("openwebtext", "openwebtext", {"train": docs[:-OWT_HOLDOUT], "validation": docs[-OWT_HOLDOUT:]})

@@ -27,7 +27,5 @@ def corpus_info(corpus: Corpus, tokenizer: Any = None, *, top_k: int = 10) -> di
         if index == 0:
             for row in ids:
                 counts.update(row)
-    info["top_tokens"] = [
-        {"id": i, "text": tokenizer.decode([i]), "count": n} for i, n in counts.most_common(top_k)
-    ]
+    info["top_tokens"] = [{"id": i, "text": tokenizer.decode([i]), "count": n} for i, n in counts.most_common(top_k)]
     return info

@@ -21,9 +21,7 @@ def _read_text_file(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(
-            f"{path} is not valid UTF-8 (byte {exc.start})", fix="re-encode the file as UTF-8"
-        ) from exc
+        raise DataError(f"{path} is not valid UTF-8 (byte {exc.start})", fix="re-encode the file as UTF-8") from exc
 
 
 def _read_txt(path: Path) -> list[str]:

@@ -29,9 +29,7 @@ from harness.io import atomic_write_text, file_sha256
 
 MIN_ARTICLE_CHARS = 200
 WIKI_EXTRACT_VERSION = 1  # bump when the cleaning below changes: invalidates the cache
-WIKI_RELPATH = (
-    "test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-)
+WIKI_RELPATH = "test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
 
 def _gensim_wiki_path() -> Path:

@@ -6,8 +6,9 @@ See :mod:`harness.data.tokenizers` for the kinds and the conventions they share.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.errors import DataError
 from harness.io import atomic_write_text
@@ -54,8 +55,7 @@ class Tokenizer(ABC):
         if bad:
             hint = " (the mask id: unmask the sequence first)" if bad[0] == self.mask_id else ""
             raise DataError(
-                f"cannot decode id {bad[0]} with tokenizer {self.spec!r}: valid ids are "
-                f"0..{self.vocab_size - 1}{hint}",
+                f"cannot decode id {bad[0]} with tokenizer {self.spec!r}: valid ids are 0..{self.vocab_size - 1}{hint}",
                 fix="decode only ids the tokenizer produced",
             )
         return self._decode(ids)
@@ -85,7 +85,7 @@ class Tokenizer(ABC):
         self._save_files(directory)
         atomic_write_text(directory / CONFIG_FILE, yaml.safe_dump(self.config(), sort_keys=False))
 
-    def _save_files(self, directory: Path) -> None:
+    def _save_files(self, directory: Path) -> None:  # noqa: B027 (an optional hook, empty by default)
         """Extra files needed to rebuild offline (none by default)."""
 
     def __repr__(self) -> str:
@@ -104,6 +104,4 @@ def get_tokenizer(spec: str, *, corpus: Corpus | None = None) -> Tokenizer:
 def no_arg(kind: str, arg: str) -> None:
     """Refuse an argument to a kind that takes none (``bytes:x``)."""
     if arg:
-        raise DataError(
-            f"tokenizer {kind!r} takes no argument, got {kind}:{arg}", fix=f"use {kind!r}"
-        )
+        raise DataError(f"tokenizer {kind!r} takes no argument, got {kind}:{arg}", fix=f"use {kind!r}")

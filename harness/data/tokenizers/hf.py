@@ -42,9 +42,7 @@ class TransformersTokenizer(Tokenizer):
         return [list(x) for x in out]
 
     def _decode(self, ids: list[int]) -> str:
-        return self._backend.decode(
-            ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
-        )
+        return self._backend.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def _save_files(self, directory: Path) -> None:
         self._backend.save_pretrained(str(directory / HF_DIR))
@@ -53,22 +51,21 @@ class TransformersTokenizer(Tokenizer):
 @TOKENIZER_KINDS.register("hf")
 def _build_hf(arg: str, corpus: Corpus | None) -> Tokenizer:
     if not arg:
-        raise DataError(
-            "tokenizer spec 'hf:' needs a name or path", fix="e.g. hf:/path/to/model or hf:gpt2"
-        )
+        raise DataError("tokenizer spec 'hf:' needs a name or path", fix="e.g. hf:/path/to/model or hf:gpt2")
     local = Path(arg).expanduser()
     if local.exists():
         return load_transformers(local.resolve(), spec=f"hf:{local.resolve()}")
     fix = "connect to the network, or use a local folder: hf:/path/to/tokenizer"
     if hf_offline():
         raise OfflineError(
-            f"tokenizer 'hf:{arg}' is not a local path and needs the network "
-            "(HF_HUB_OFFLINE is set)",
+            f"tokenizer 'hf:{arg}' is not a local path and needs the network (HF_HUB_OFFLINE is set)",
             fix=fix,
         )
     if not hub_reachable():  # fail now rather than after the library's retries
-        raise OfflineError(f"tokenizer 'hf:{arg}' is not a local path and the Hugging Face hub cannot be reached",
-                           fix=fix + "; with a cached copy, set HF_HUB_OFFLINE=1")
+        raise OfflineError(
+            f"tokenizer 'hf:{arg}' is not a local path and the Hugging Face hub cannot be reached",
+            fix=fix + "; with a cached copy, set HF_HUB_OFFLINE=1",
+        )
     try:
         return load_transformers(arg, spec=f"hf:{arg}")
     except DataError as exc:
@@ -81,15 +78,9 @@ def load_transformers(name_or_path: str | Path, *, spec: str) -> TransformersTok
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:
-        raise DataError(
-            f"tokenizer {spec!r} needs transformers", fix="pip install transformers"
-        ) from exc
+        raise DataError(f"tokenizer {spec!r} needs transformers", fix="pip install transformers") from exc
     try:
-        backend = AutoTokenizer.from_pretrained(
-            str(name_or_path), local_files_only=isinstance(name_or_path, Path)
-        )
+        backend = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=isinstance(name_or_path, Path))
     except Exception as exc:  # noqa: BLE001 - turned into a user-facing error
-        raise DataError(
-            f"could not load tokenizer {spec!r}: {exc}", fix="check the name or path"
-        ) from exc
+        raise DataError(f"could not load tokenizer {spec!r}: {exc}", fix="check the name or path") from exc
     return TransformersTokenizer(spec=spec, backend=backend)

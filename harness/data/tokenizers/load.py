@@ -19,14 +19,14 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     directory = Path(directory)
     config_path = directory / CONFIG_FILE
     if not config_path.is_file():
-        raise DataError(
-            f"no {CONFIG_FILE} in {directory}", fix="point at a folder written by save()"
-        )
+        raise DataError(f"no {CONFIG_FILE} in {directory}", fix="point at a folder written by save()")
     try:
         config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise DataError(f"{config_path} is not valid YAML ({type(exc).__name__})",
-                        fix="restore the tokenizer folder from the run that wrote it") from exc
+        raise DataError(
+            f"{config_path} is not valid YAML ({type(exc).__name__})",
+            fix="restore the tokenizer folder from the run that wrote it",
+        ) from exc
     if not isinstance(config, dict) or "kind" not in config or "spec" not in config:
         raise DataError(f"{config_path} is not a tokenizer config", fix="re-save the tokenizer")
     kind = config["kind"]
@@ -37,9 +37,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     elif kind in ("bpe", "gpt2"):
         path = directory / BPE_FILE
         if not path.is_file():
-            raise DataError(
-                f"{path} is missing (needed by {config_path})", fix="re-save the tokenizer"
-            )
+            raise DataError(f"{path} is missing (needed by {config_path})", fix="re-save the tokenizer")
         meta = {k: config[k] for k in ("trained_on", "corpus_sha256", "split") if k in config}
         try:
             backend = Backend.from_file(str(path))
@@ -52,14 +50,11 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     elif kind == "hf":
         tokenizer = load_transformers(directory / HF_DIR, spec=config["spec"])
     else:
-        raise DataError(
-            f"{config_path}: unknown tokenizer kind {kind!r}", fix="re-save the tokenizer"
-        )
+        raise DataError(f"{config_path}: unknown tokenizer kind {kind!r}", fix="re-save the tokenizer")
     for field in ("vocab_size", "bos_id", "eos_id", "pad_id"):
         if field in config and getattr(tokenizer, field) != config[field]:
             raise DataError(
-                f"{config_path} says {field}={config[field]} but the rebuilt tokenizer has "
-                f"{getattr(tokenizer, field)}",
+                f"{config_path} says {field}={config[field]} but the rebuilt tokenizer has {getattr(tokenizer, field)}",
                 fix="the folder's files are inconsistent; re-save the tokenizer",
             )
     return tokenizer

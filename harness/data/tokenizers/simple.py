@@ -43,7 +43,9 @@ class PixelTokenizer(Tokenizer):
 
     def __init__(self, levels: int) -> None:
         if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
-            raise DataError(f"pixels tokenizer needs at least 2 levels, got {levels!r}", fix="use pixels:LEVELS, e.g. pixels:256")
+            raise DataError(
+                f"pixels tokenizer needs at least 2 levels, got {levels!r}", fix="use pixels:LEVELS, e.g. pixels:256"
+            )
         self.levels = levels
         super().__init__(spec=f"pixels:{levels}", vocab_size=levels, bos_id=None, eos_id=None, pad_id=None)
 
@@ -51,10 +53,16 @@ class PixelTokenizer(Tokenizer):
         try:
             ids = [int(piece) for piece in text.split()]
         except ValueError as exc:
-            raise DataError(f"pixels tokenizer: {text[:40]!r} is not space-separated integers", fix="write pixel levels as '0 3 16 ...'") from exc
+            raise DataError(
+                f"pixels tokenizer: {text[:40]!r} is not space-separated integers",
+                fix="write pixel levels as '0 3 16 ...'",
+            ) from exc
         bad = [i for i in ids if not 0 <= i < self.levels]
         if bad:
-            raise DataError(f"pixel level {bad[0]} outside 0..{self.levels - 1}", fix=f"levels of {self.spec} lie in 0..{self.levels - 1}")
+            raise DataError(
+                f"pixel level {bad[0]} outside 0..{self.levels - 1}",
+                fix=f"levels of {self.spec} lie in 0..{self.levels - 1}",
+            )
         return ids
 
     def _decode(self, ids: list[int]) -> str:

@@ -43,7 +43,10 @@ def test_toy_json_record():
     assert round(m["subtoken_bound"], 4) == 1.0182
     assert round(m["token_joint"], 4) == 0.8342
     assert {k: v["kind"] for k, v in worked["metrics"].items()} == {
-        "exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
+        "exact_nll": "exact",
+        "subtoken_bound": "bound",
+        "token_joint": "paper-objective",
+    }
     assert all(v["units"] == "nats/token" for v in worked["metrics"].values())
     assert worked["gap_paper_minus_exact"] == pytest.approx(m["token_joint"] - m["exact_nll"])
     assert worked["verdict"] == BELOW and all(v["stderr"] == 0.0 for v in worked["metrics"].values())
@@ -105,7 +108,10 @@ def test_prime_checkpoint_shows_both_labelled_numbers(trained):
     assert rec["model"]["family"] == "prime" and rec["model"]["checkpoint_sha256"]
     (row,) = rec["rows"]
     assert "exact_nll" not in row["metrics"] and row["protocol"]["method"] == "monte-carlo"
-    assert {k: v["kind"] for k, v in row["metrics"].items()} == {"subtoken_bound": "bound", "token_joint": "paper-objective"}
+    assert {k: v["kind"] for k, v in row["metrics"].items()} == {
+        "subtoken_bound": "bound",
+        "token_joint": "paper-objective",
+    }
     for key in ("subtoken_bound", "token_joint"):
         assert row["metrics"][key]["stderr"] > 0 and 0 < row["metrics"][key]["value"] < 10
     assert _invoke(path, "--toy", "6,2,2").exit_code != 0  # toy shapes only without a checkpoint
@@ -129,11 +135,14 @@ def test_checkpoint_audit_labels_each_family():
         checkpoint_audit(build_model("mdlm", **sizes), x, None, num_samples=1)
 
 
-@pytest.mark.parametrize("source, families", [
-    ("prime-ckpt:{}/prime-l2.ckpt", {"subtoken_bound": "bound", "token_joint": "paper-objective"}),
-    ("mdlm-hf:{}/mdlm-owt", {"subtoken_bound": "bound"}),
-    ("ar-ckpt:{}/ar.ckpt", {"exact_nll": "exact"}),
-])
+@pytest.mark.parametrize(
+    "source, families",
+    [
+        ("prime-ckpt:{}/prime-l2.ckpt", {"subtoken_bound": "bound", "token_joint": "paper-objective"}),
+        ("mdlm-hf:{}/mdlm-owt", {"subtoken_bound": "bound"}),
+        ("ar-ckpt:{}/ar.ckpt", {"exact_nll": "exact"}),
+    ],
+)
 def test_release_checkpoints_by_prefix_as_every_audit_takes_them(release_files, source, families):
     source = source.format(release_files)
     res = _invoke(source, "--batches", "1", "--batch-size", "2", "--mc-samples", "2", "--json")

@@ -7,7 +7,6 @@ import json
 import math
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from harness.audit.idle_measure import UniformDenoiser, measure_idle
@@ -30,6 +29,7 @@ def _json(*args: str) -> dict:
 
 
 # -- idle -----------------------------------------------------------------------------------------
+
 
 def test_idle_reproduces_the_prime_table_analytically():
     args = ("idle", "--length", "1024", "--steps", "1024", "--ell", "1,2,3,4,6,8", "--runs", "0")
@@ -112,13 +112,16 @@ def test_idle_out_writes_a_record(tmp_path):
     assert rec["rows"][0]["measured"]["runs"] == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--ell", "0"), "ell"),
-    (("--ell", "1,x"), "integers"),
-    (("--length", "-3"), "--length"),
-    (("--runs", "-1"), "--runs"),
-    (("--schedule", "cosine"), "unknown schedule"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--ell", "0"), "ell"),
+        (("--ell", "1,x"), "integers"),
+        (("--length", "-3"), "--length"),
+        (("--runs", "-1"), "--runs"),
+        (("--schedule", "cosine"), "unknown schedule"),
+    ],
+)
 def test_idle_bad_inputs_exit_2(args, message):
     res = _audit("idle", "--runs", "0", *args) if "--runs" not in args else _audit("idle", *args)
     assert res.exit_code == 2, res.output
@@ -126,6 +129,7 @@ def test_idle_bad_inputs_exit_2(args, message):
 
 
 # -- gumbel ---------------------------------------------------------------------------------------
+
 
 def test_gumbel_probs_closed_forms_and_draws():
     rec = _json("gumbel", "--probs", "0.1,0.2,0.3,0.4", "--draws", "50000")
@@ -153,12 +157,18 @@ def test_gumbel_probs_caps_the_displayed_classes():
     probs = ",".join(["1"] * 20)
     res = _audit("gumbel", "--probs", probs, "--draws", "100", "--methods", "gumbel", "--dtype", "float32")
     assert res.exit_code == 0, res.output
-    assert "rest (9 classes)" in res.stdout and "KL nats" in res.stdout and "p[10]" in res.stdout and "p[11]" not in res.stdout
+    assert (
+        "rest (9 classes)" in res.stdout
+        and "KL nats" in res.stdout
+        and "p[10]" in res.stdout
+        and "p[11]" not in res.stdout
+    )
 
 
 def test_gumbel_mdlm_step_aggregates():
-    rec = _json("gumbel", "--mdlm-step", "1", "--steps", "1024", "--vocab", "50257", "--methods", "gumbel",
-                "--draws", "50")
+    rec = _json(
+        "gumbel", "--mdlm-step", "1", "--steps", "1024", "--vocab", "50257", "--methods", "gumbel", "--draws", "50"
+    )
     rows = rec["rows"]
     assert {r["case"] for r in rows} == {"peaked", "flat"}
     for case in ("peaked", "flat"):
@@ -183,18 +193,21 @@ def test_gumbel_out_writes_a_record(tmp_path):
     assert rec["schema"] == "primebench-record/1" and rec["protocol"]["draws"] == 10
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--probs", "0.5,abc"), "not a comma-separated list of numbers"),
-    (("--probs", "0.5,-0.1"), ">= 0"),
-    (("--probs", "0.5,nan"), "finite"),
-    (("--probs", "0.7"), "at least two"),
-    ((), "exactly one of --probs"),
-    (("--probs", "0.5,0.5", "--mdlm-step", "1"), "exactly one of --probs"),
-    (("--probs", "0.5,0.5", "--vocab", "10"), "only with --mdlm-step"),
-    (("--mdlm-step", "5", "--steps", "4"), "past the last step"),
-    (("--probs", "0.5,0.5", "--dtype", "float16"), "unsupported dtype"),
-    (("--probs", "0.5,0.5", "--methods", "gumbel,foo"), "unknown method"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--probs", "0.5,abc"), "not a comma-separated list of numbers"),
+        (("--probs", "0.5,-0.1"), ">= 0"),
+        (("--probs", "0.5,nan"), "finite"),
+        (("--probs", "0.7"), "at least two"),
+        ((), "exactly one of --probs"),
+        (("--probs", "0.5,0.5", "--mdlm-step", "1"), "exactly one of --probs"),
+        (("--probs", "0.5,0.5", "--vocab", "10"), "only with --mdlm-step"),
+        (("--mdlm-step", "5", "--steps", "4"), "past the last step"),
+        (("--probs", "0.5,0.5", "--dtype", "float16"), "unsupported dtype"),
+        (("--probs", "0.5,0.5", "--methods", "gumbel,foo"), "unknown method"),
+    ],
+)
 def test_gumbel_bad_inputs_exit_2(args, message):
     res = _audit("gumbel", *args)
     assert res.exit_code == 2, res.output

@@ -73,11 +73,13 @@ def test_expected_nfe_convention():
         assert 0 <= expected_nfe(1024, steps, 1) - steps * (1 - idle_step_ratio(1024, steps, 1)) < 1
 
 
-@pytest.mark.parametrize("ell, schedule, batch", [(1, "linear", 1), (2, "linear", 1), (1, "polynomial:3", 1),
-                                                   (1, "linear", 2)])
+@pytest.mark.parametrize(
+    "ell, schedule, batch", [(1, "linear", 1), (2, "linear", 1), (1, "polynomial:3", 1), (1, "linear", 2)]
+)
 def test_simulated_isr_agrees_with_closed_form(ell, schedule, batch):
-    sim = simulate_idle(1024, 1024, ell, schedule=schedule, batch=batch, runs=24,
-                        generator=torch.Generator().manual_seed(ell + batch))
+    sim = simulate_idle(
+        1024, 1024, ell, schedule=schedule, batch=batch, runs=24, generator=torch.Generator().manual_seed(ell + batch)
+    )
     exact = idle_step_ratio(1024, 1024, ell, schedule, batch)
     assert sim.stderr > 0
     assert abs(sim.mean - exact) < 4 * sim.stderr
@@ -182,8 +184,9 @@ def test_mdlm_step_distribution():
     assert torch.allclose(q, torch.tensor([0.125, 0.0625, 0.0625, 0.75], dtype=F64))
     last = mdlm_step_distribution(p, step=4, steps=4)  # t = 0.25 -> s = 0: everything unmasks
     assert torch.allclose(last, torch.cat([p, torch.zeros(1, dtype=F64)]))
-    assert torch.allclose(mdlm_step_distribution(p, step=2, steps=4, schedule="loglinear"),
-                          mdlm_step_distribution(p, step=2, steps=4))
+    assert torch.allclose(
+        mdlm_step_distribution(p, step=2, steps=4, schedule="loglinear"), mdlm_step_distribution(p, step=2, steps=4)
+    )
     # polynomial: stay = (1 - (1-s)^3) / (1 - (1-t)^3), t = .75 -> s = .5
     poly = mdlm_step_distribution(p, step=2, steps=4, schedule="polynomial:3")
     assert float(poly[-1]) == pytest.approx((1 - 0.5**3) / (1 - 0.25**3))
@@ -216,8 +219,14 @@ def test_peaked_and_flat():
 
 def test_empirical_frequencies_rows_and_convergence():
     probs = torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]], dtype=F64)
-    freq = empirical_frequencies(probs, method="race", dtype="fp64", draws=100_000,
-                                 generator=torch.Generator().manual_seed(0), chunk_elements=60_000)
+    freq = empirical_frequencies(
+        probs,
+        method="race",
+        dtype="fp64",
+        draws=100_000,
+        generator=torch.Generator().manual_seed(0),
+        chunk_elements=60_000,
+    )
     assert freq.shape == probs.shape and freq.dtype == F64
     assert torch.allclose(freq.sum(-1), torch.ones(2, dtype=F64))
     assert freq[1, 1] == 0

@@ -8,22 +8,18 @@ import math
 
 import pytest
 import torch
-
-from tests.toys import tiny
 from click.testing import CliRunner
 
 from harness.audit.precision import precision_audit, record
 from harness.errors import PrimebenchError
 from harness.metrics import MeanEntropy, unigram_entropy
-from harness.models import build_model
-
+from tests.toys import tiny
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-
-
 # -- entropy --------------------------------------------------------------------------------------
+
 
 def test_unigram_entropy_known_values():
     assert unigram_entropy([0, 1, 2, 3]) == pytest.approx(math.log(4), abs=1e-15)
@@ -70,6 +66,7 @@ def test_mean_entropy_is_batch_invariant_with_float64_state():
 
 
 # -- the audit logic --------------------------------------------------------------------------------
+
 
 def test_precision_audit_rows_and_seeding():
     model = tiny("mdlm", C=11, L=8)
@@ -126,7 +123,9 @@ def test_precision_audit_arm_and_errors():
     arm = tiny("arm", C=9, L=6)
     audit = precision_audit(arm, steps=(4,), num_samples=2, bos_id=8)
     assert [(r.sampler, r.steps, r.control, r.nfe) for r in audit.rows] == [
-        ("autoregressive", None, False, 5.0), ("autoregressive", None, False, 5.0)]
+        ("autoregressive", None, False, 5.0),
+        ("autoregressive", None, False, 5.0),
+    ]
     with pytest.raises(PrimebenchError, match="bos_id"):
         precision_audit(arm, num_samples=2)
     with pytest.raises(PrimebenchError, match="method"):
@@ -137,14 +136,16 @@ def test_precision_audit_arm_and_errors():
 
 # -- the command ----------------------------------------------------------------------------------
 
+
 def test_cli_precision_table_json_and_plot(trained, tmp_path):
     from harness.cli import main
 
     ckpt = str(trained("mdlm"))
     runner = CliRunner()
     out = tmp_path / "audit"
-    result = runner.invoke(main, ["audit", "precision", ckpt, "--steps", "4,16", "--samples", "4",
-                                  "--batch-size", "4", "--out", str(out)])
+    result = runner.invoke(
+        main, ["audit", "precision", ckpt, "--steps", "4,16", "--samples", "4", "--batch-size", "4", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     table = result.stdout
     for text in ("float32", "float64", "first-hitting (control)", "ancestral", "entropy (nats)"):
@@ -152,17 +153,36 @@ def test_cli_precision_table_json_and_plot(trained, tmp_path):
     [json_path] = list(out.glob("precision-*.json"))
     rec = json.loads(json_path.read_text())
     assert [(r["protocol"]["sampler"], r["protocol"]["steps"], r["protocol"]["dtype"]) for r in rec["rows"]] == [
-        ("ancestral", 4, "float32"), ("ancestral", 4, "float64"), ("ancestral", 16, "float32"),
-        ("ancestral", 16, "float64"), ("first-hitting (control)", None, "float32"),
-        ("first-hitting (control)", None, "float64")]
+        ("ancestral", 4, "float32"),
+        ("ancestral", 4, "float64"),
+        ("ancestral", 16, "float32"),
+        ("ancestral", 16, "float64"),
+        ("first-hitting (control)", None, "float32"),
+        ("first-hitting (control)", None, "float64"),
+    ]
     assert rec["model"]["checkpoint_sha256"] and rec["protocol"]["steps"] == [4, 16]
     assert json_path.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from harness.views import build_table, load_records, render
 
     assert "float32" in render(build_table(load_records([out]), "precision"), "md")
 
-    result = runner.invoke(main, ["audit", "precision", ckpt, "--steps", "4", "--samples", "2", "--no-controls",
-                                  "--dtypes", "float64", "--bits", "--json"])
+    result = runner.invoke(
+        main,
+        [
+            "audit",
+            "precision",
+            ckpt,
+            "--steps",
+            "4",
+            "--samples",
+            "2",
+            "--no-controls",
+            "--dtypes",
+            "float64",
+            "--bits",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rec = json.loads(result.stdout)
     assert len(rec["rows"]) == 1 and rec["rows"][0]["protocol"]["dtype"] == "float64"
@@ -175,8 +195,22 @@ def test_cli_precision_table_json_and_plot(trained, tmp_path):
 def test_cli_precision_with_judge_reports_gen_ppl(trained, tmp_path):
     from harness.cli import main
 
-    result = CliRunner().invoke(main, ["audit", "precision", str(trained("mdlm")), "--steps", "4", "--samples", "2",
-                                       "--no-controls", "--judge", f"arm:{trained('arm')}", "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "audit",
+            "precision",
+            str(trained("mdlm")),
+            "--steps",
+            "4",
+            "--samples",
+            "2",
+            "--no-controls",
+            "--judge",
+            f"arm:{trained('arm')}",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rec = json.loads(result.stdout)
     assert rec["protocol"]["judge"].startswith("arm:")

@@ -28,8 +28,13 @@ def test_no_empty_command_groups():
 
 
 def _record():
-    return make_record("ppl", model={"name": "m", "family": "mdlm"}, seed=0, protocol={"data": "x"},
-                       metrics={"nll": Metric(3.0, 0.1, "bound", "nats/token")})
+    return make_record(
+        "ppl",
+        model={"name": "m", "family": "mdlm"},
+        seed=0,
+        protocol={"data": "x"},
+        metrics={"nll": Metric(3.0, 0.1, "bound", "nats/token")},
+    )
 
 
 def test_emit_record_writes_then_prints_json_or_the_view(tmp_path, monkeypatch, capsys):
@@ -57,7 +62,17 @@ def test_commands_that_print_records_use_emit_record():
     # every record-printing command module goes through harness.cli.emit (no second write-then-print)
     import inspect
 
-    from harness.cli import audit_bound, audit_gumbel, audit_idle, audit_precision, eval as eval_cli, eval_fid, eval_genppl
+    from harness.cli import (
+        audit_bound,
+        audit_gumbel,
+        audit_idle,
+        audit_precision,
+        eval_fid,
+        eval_genppl,
+    )
+    from harness.cli import (
+        eval as eval_cli,
+    )
 
     for module in (audit_bound, audit_gumbel, audit_idle, audit_precision, eval_cli, eval_fid, eval_genppl):
         source = inspect.getsource(module)

@@ -28,13 +28,27 @@ def _clean_error(res, *needles):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
-@pytest.mark.parametrize("command", [
-    ["eval", "ppl", "CKPT"], ["eval", "genppl", "CKPT"], ["eval", "zeroshot", "CKPT"], ["eval", "fid", "CKPT"],
-    ["audit", "precision", "CKPT"], ["audit", "bound", "CKPT"], ["train", "tiny/arm"], ["bench"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "ppl", "CKPT"],
+        ["eval", "genppl", "CKPT"],
+        ["eval", "zeroshot", "CKPT"],
+        ["eval", "fid", "CKPT"],
+        ["audit", "precision", "CKPT"],
+        ["audit", "bound", "CKPT"],
+        ["train", "tiny/arm"],
+        ["bench"],
+    ],
+)
 def test_device_cuda_without_a_gpu_is_refused_before_anything_loads(tmp_path, command):
-    res = _run(*[tmp_path / "missing-ckpt" if a == "CKPT" else a for a in command], "--device", "cuda",
-               "--out", tmp_path / "out")
+    res = _run(
+        *[tmp_path / "missing-ckpt" if a == "CKPT" else a for a in command],
+        "--device",
+        "cuda",
+        "--out",
+        tmp_path / "out",
+    )
     _clean_error(res, "error: --device 'cuda'", "no CUDA GPU", "fix: use --device cpu")
     assert "missing-ckpt" not in res.output and not (tmp_path / "out").exists()
 
@@ -95,8 +109,23 @@ def test_ctrl_c_during_an_evaluation_exits_130_without_a_traceback(tmp_path, mon
 def test_sigint_to_a_running_evaluation_exits_130(trained, tmp_path):
     out = tmp_path / "rec"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "eval", "ppl", str(trained("mdlm")), "--mc-samples", "2000", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "eval",
+            "ppl",
+            str(trained("mdlm")),
+            "--mc-samples",
+            "2000",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     time.sleep(10)  # past the imports: the evaluation is running
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

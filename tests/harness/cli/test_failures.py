@@ -3,7 +3,6 @@ message, its exit code, and keeps what was already written."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -21,11 +20,19 @@ def _run(*args):
     return CliRunner().invoke(main, list(args))
 
 
-@pytest.mark.parametrize("command", [
-    ["eval", "ppl", "CKPT"], ["eval", "genppl", "CKPT"], ["eval", "zeroshot", "CKPT", "--tasks", "x"],
-    ["eval", "fid", "CKPT"], ["audit", "idle", "--length", "8", "--steps", "8", "--ell", "1"],
-    ["audit", "precision", "CKPT"], ["audit", "bound", "--toy", "4,2,2"], ["train", "tiny/arm"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "ppl", "CKPT"],
+        ["eval", "genppl", "CKPT"],
+        ["eval", "zeroshot", "CKPT", "--tasks", "x"],
+        ["eval", "fid", "CKPT"],
+        ["audit", "idle", "--length", "8", "--steps", "8", "--ell", "1"],
+        ["audit", "precision", "CKPT"],
+        ["audit", "bound", "--toy", "4,2,2"],
+        ["train", "tiny/arm"],
+    ],
+)
 def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, command):
     target = tmp_path / "taken.txt"
     target.write_text("keep me")
@@ -35,13 +42,27 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, command):
     assert target.read_text() == "keep me"
 
 
-@pytest.mark.parametrize("command", [
-    ["eval", "ppl", "CKPT"], ["eval", "genppl", "CKPT"], ["eval", "zeroshot", "CKPT", "--tasks", "x"],
-    ["eval", "fid", "CKPT"], ["audit", "idle", "--length", "8", "--steps", "8", "--ell", "1"],
-    ["audit", "precision", "CKPT"], ["audit", "bound", "--toy", "4,2,2"], ["train", "tiny/arm"],
-    ["audit", "gumbel"], ["bench"], ["quickstart"], ["reproduce", "quickstart"], ["reproduce", "small"],
-    ["reproduce", "precision"], ["export", "CKPT"], ["import", "CKPT"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "ppl", "CKPT"],
+        ["eval", "genppl", "CKPT"],
+        ["eval", "zeroshot", "CKPT", "--tasks", "x"],
+        ["eval", "fid", "CKPT"],
+        ["audit", "idle", "--length", "8", "--steps", "8", "--ell", "1"],
+        ["audit", "precision", "CKPT"],
+        ["audit", "bound", "--toy", "4,2,2"],
+        ["train", "tiny/arm"],
+        ["audit", "gumbel"],
+        ["bench"],
+        ["quickstart"],
+        ["reproduce", "quickstart"],
+        ["reproduce", "small"],
+        ["reproduce", "precision"],
+        ["export", "CKPT"],
+        ["import", "CKPT"],
+    ],
+)
 def test_an_empty_out_is_refused_before_any_work(tmp_path, monkeypatch, command):
     """An empty --out means the current folder: `train --out ''` would spread a checkpoint there."""
     monkeypatch.chdir(tmp_path)
@@ -120,8 +141,23 @@ def test_offline_hub_data_fails_at_once(monkeypatch):
 def test_sigterm_during_an_evaluation_leaves_no_partial_record(trained, tmp_path):
     out = tmp_path / "rec"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "eval", "ppl", str(trained("mdlm")), "--mc-samples", "2000", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "eval",
+            "ppl",
+            str(trained("mdlm")),
+            "--mc-samples",
+            "2000",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     time.sleep(6)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)

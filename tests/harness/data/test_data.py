@@ -269,8 +269,7 @@ def _stream(docs, eos_between_docs=True):
 @pytest.mark.parametrize("eos_between_docs", [True, False])
 def test_pack_wrap_invariants(eos_between_docs):
     docs, seq_len = _docs(), 16
-    packed = pack(docs, seq_len=seq_len, bos_id=BOS, eos_id=EOS, pad_id=PAD,
-                  eos_between_docs=eos_between_docs)
+    packed = pack(docs, seq_len=seq_len, bos_id=BOS, eos_id=EOS, pad_id=PAD, eos_between_docs=eos_between_docs)
     stream = _stream(docs, eos_between_docs)
     ids = packed.input_ids
     assert ids.dtype == torch.int64 and ids.shape == (len(stream) // (seq_len - 2), seq_len)
@@ -283,8 +282,7 @@ def test_pack_wrap_invariants(eos_between_docs):
     assert p["tokens_dropped"] == len(stream) % (seq_len - 2) == len(stream) - len(body)
     assert p["rows"] == ids.shape[0] and p["documents"] == len(docs) and p["remainder"] == "drop"
     assert p["eos_between_docs"] is eos_between_docs
-    again = pack(docs, seq_len=seq_len, bos_id=BOS, eos_id=EOS, pad_id=PAD,
-                 eos_between_docs=eos_between_docs)
+    again = pack(docs, seq_len=seq_len, bos_id=BOS, eos_id=EOS, pad_id=PAD, eos_between_docs=eos_between_docs)
     assert torch.equal(again.input_ids, ids)
 
 

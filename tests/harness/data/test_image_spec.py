@@ -8,14 +8,17 @@ from harness.data.images import ImageSpec, get_image_dataset, is_image_spec, par
 from harness.errors import DataError, PrimebenchError
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("image:digits", ImageSpec("digits")),
-    ("image:digits:test", ImageSpec("digits", "", "test")),
-    ("mnist5k:all", ImageSpec("mnist5k", "", "all")),
-    ("image:cifar10:/data/cifar", ImageSpec("cifar10", "/data/cifar")),
-    ("cifar10:/data/a:b:train", ImageSpec("cifar10", "/data/a:b", "train")),  # ':' inside the folder
-    ("cifar10:/data/test", ImageSpec("cifar10", "/data/test")),  # '/test' is part of the folder
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("image:digits", ImageSpec("digits")),
+        ("image:digits:test", ImageSpec("digits", "", "test")),
+        ("mnist5k:all", ImageSpec("mnist5k", "", "all")),
+        ("image:cifar10:/data/cifar", ImageSpec("cifar10", "/data/cifar")),
+        ("cifar10:/data/a:b:train", ImageSpec("cifar10", "/data/a:b", "train")),  # ':' inside the folder
+        ("cifar10:/data/test", ImageSpec("cifar10", "/data/test")),  # '/test' is part of the folder
+    ],
+)
 def test_parse_and_round_trip(spec, expected):
     parsed = parse_image_spec(spec)
     assert parsed == expected
@@ -68,8 +71,12 @@ def _cifar_folder(root, split="test", n=4, payload=None):
     for name in names:
         data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
         pixels.append(data)
-        batch = {b"batch_label": b"testing batch", b"labels": list(range(n)), b"data": data,
-                 b"filenames": [b"x.png"] * n}
+        batch = {
+            b"batch_label": b"testing batch",
+            b"labels": list(range(n)),
+            b"data": data,
+            b"filenames": [b"x.png"] * n,
+        }
         if payload is not None:
             batch[b"extra"] = payload
         (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
@@ -118,8 +125,10 @@ def test_no_loader_calls_pickle_load_or_torch_load_without_weights_only():
             if not isinstance(node, ast.Call):
                 continue
             name = ast.unparse(node.func)
-            unsafe_kw = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is False
-                            for k in node.keywords)
+            unsafe_kw = any(
+                k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in node.keywords
+            )
             if name in ("pickle.load", "pickle.loads", "pickle.Unpickler") or unsafe_kw or "CIFAR10" in name:
                 bad.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
     assert not bad, bad

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.data.corpora import wiki as wiki_module
 from harness.data import detokenizers as detok_module
 from harness.data import zeroshot as zeroshot_module
 from harness.data.corpora import get_corpus, make_corpus
-from harness.data.detokenizers import DETOKENIZERS, get_detokenizer
+from harness.data.corpora import wiki as wiki_module
 from harness.data.datasets import ResolvedDataset, resolve_dataset
+from harness.data.detokenizers import DETOKENIZERS, get_detokenizer
 from harness.data.zeroshot import ZEROSHOT_PRESETS, list_presets
 from harness.errors import DataError, OfflineError, PrimebenchError
 
@@ -59,7 +59,7 @@ def test_docstring_examples_hold():
         ("a @-@ b @,@ c @.@ d", "a-b,c.d"),
         (" = = = History = = = \n", " === History ===\n"),
         (" = = = = Notes = = = = \n", " ==== Notes ====\n"),
-        ("x ( y ) [ z ] { w } \" q \"", 'x (y) [z] {w} "q"'),
+        ('x ( y ) [ z ] { w } " q "', 'x (y) [z] {w} "q"'),
         ("one : two ; three . four ! five ? six , end", "one: two; three. four! five? six, end"),
         ("the team 's coach", "the team's coach"),
         ("the fans ' songs", "the fans' songs"),
@@ -183,8 +183,7 @@ def test_ptb_local_copy_is_detokenized():
     assert list(ds.corpus.splits) == ["all"]
     docs = ds.corpus.documents("all")
     assert docs[:2] == [
-        "the company said it expects to report a net loss of $1 million or 1 cents a share "
-        "for the third quarter",
+        "the company said it expects to report a net loss of $1 million or 1 cents a share for the third quarter",
         "mr. ?'s firm didn't comment on the proposed ? / ? venture",
     ]
     assert not any("<unk>" in d or " n't" in d or " 's" in d for d in docs)

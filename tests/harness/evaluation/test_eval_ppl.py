@@ -20,7 +20,9 @@ def test_accumulator_is_token_weighted_and_batch_invariant():
     one.update(NLL(nats=nats, tokens=tokens, kind="bound", stderr=se, num_samples=4))
     split = NLLAccumulator()
     for i in range(3):
-        split.update(NLL(nats=nats[i : i + 1], tokens=tokens[i : i + 1], kind="bound", stderr=se[i : i + 1], num_samples=4))
+        split.update(
+            NLL(nats=nats[i : i + 1], tokens=tokens[i : i + 1], kind="bound", stderr=se[i : i + 1], num_samples=4)
+        )
     a, b = one.compute(), split.compute()
     assert a.nll == pytest.approx(60 / 35) and b.nll == pytest.approx(a.nll)
     assert a.stderr == pytest.approx(3 / 35) and b.stderr == pytest.approx(a.stderr)
@@ -60,7 +62,21 @@ def test_prime_both_estimators_labelled(trained):
 
 def test_cli_json_out_and_errors(trained, tmp_path):
     runner = CliRunner()
-    res = runner.invoke(main, ["eval", "ppl", str(trained("prime")), "--max-rows", "2", "--estimator", "both", "--json", "--out", str(tmp_path)])
+    res = runner.invoke(
+        main,
+        [
+            "eval",
+            "ppl",
+            str(trained("prime")),
+            "--max-rows",
+            "2",
+            "--estimator",
+            "both",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
     assert set(rec["metrics"]) == {"nll", "ppl", "nll_token_joint", "ppl_token_joint"}
@@ -100,7 +116,10 @@ def test_sharded_over_two_processes_equals_one(trained, tmp_path):
     args = ["eval", "ppl", ckpt, "--max-rows", "12", "--batch-size", "4", "--mc-samples", "2", "--json"]
     proc = subprocess.run(
         [torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "harness", *args],
-        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     sharded = json.loads(proc.stdout)

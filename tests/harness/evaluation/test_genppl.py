@@ -102,8 +102,24 @@ def test_unknown_hub_judge_offline():
 def test_cli_genppl_writes_record_and_samples(trained, tmp_path):
     res = CliRunner().invoke(
         main,
-        ["eval", "genppl", str(trained("prime")), "--samples", "2", "--steps", "4", "--judge", f"arm:{trained('arm')}",
-         "--dtype", "float32", "--method", "mdlm-legacy", "--out", str(tmp_path), "--json"],
+        [
+            "eval",
+            "genppl",
+            str(trained("prime")),
+            "--samples",
+            "2",
+            "--steps",
+            "4",
+            "--judge",
+            f"arm:{trained('arm')}",
+            "--dtype",
+            "float32",
+            "--method",
+            "mdlm-legacy",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
     )
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
@@ -143,7 +159,10 @@ def test_sharded_over_two_processes_equals_one(trained):
     args = ["eval", "genppl", ckpt, "--samples", "5", "--batch-size", "2", "--steps", "4", "--judge", judge, "--json"]
     proc = subprocess.run(
         [torchrun, "--nproc_per_node", "2", "--master_port", "29523", "-m", "harness", *args],
-        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     sharded = json.loads(proc.stdout)
@@ -156,14 +175,15 @@ def test_sharded_over_two_processes_equals_one(trained):
 def test_judge_specs_are_checked_before_anything_loads(tmp_path, monkeypatch):
     import time
 
+    import transformers
+
     import harness.offline
     from harness.errors import OfflineError, PrimebenchError
     from harness.judges import check_judge_spec
 
-    import transformers
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: pytest.fail("the hub was asked"))
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the hub was asked")
+    )
     for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(flag, raising=False)
     monkeypatch.setattr(harness.offline, "hub_reachable", lambda timeout=3.0: True)
@@ -189,8 +209,20 @@ def test_judge_specs_are_checked_before_anything_loads(tmp_path, monkeypatch):
 
 
 def test_two_runs_into_one_folder_keep_their_own_samples(trained, tmp_path):
-    args = ["eval", "genppl", str(trained("mdlm")), "--samples", "2", "--steps", "4", "--judge",
-            f"arm:{trained('arm')}", "--out", str(tmp_path), "--json"]
+    args = [
+        "eval",
+        "genppl",
+        str(trained("mdlm")),
+        "--samples",
+        "2",
+        "--steps",
+        "4",
+        "--judge",
+        f"arm:{trained('arm')}",
+        "--out",
+        str(tmp_path),
+        "--json",
+    ]
     first = json.loads(CliRunner().invoke(main, args + ["--seed", "0"]).stdout)
     second = json.loads(CliRunner().invoke(main, args + ["--seed", "0"]).stdout)
     records = sorted(tmp_path.glob("*.json"))
@@ -270,8 +302,22 @@ def test_a_judge_with_nan_weights_is_refused_before_sampling(trained, tmp_path):
         model.transformer.h[0].mlp.c_fc.weight.fill_(float("nan"))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    res = CliRunner().invoke(main, ["eval", "genppl", str(trained("mdlm")), "--judge", str(folder), "--samples", "2",
-                                    "--steps", "4", "--out", str(tmp_path / "rec")])
+    res = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "genppl",
+            str(trained("mdlm")),
+            "--judge",
+            str(folder),
+            "--samples",
+            "2",
+            "--steps",
+            "4",
+            "--out",
+            str(tmp_path / "rec"),
+        ],
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert f"the judge {str(folder)!r} has weights that are not finite" in res.output
     assert "transformer.h.0.mlp.c_fc.weight" in res.output and "the model's outputs" not in res.output

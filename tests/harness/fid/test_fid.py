@@ -51,7 +51,7 @@ def test_feature_stats_do_not_depend_on_batch_size():
     for size in (1, 7, 250):
         acc = FeatureStats(5)
         for start in range(0, len(features), size):
-            acc.update(features[start:start + size])
+            acc.update(features[start : start + size])
         part = acc.compute()
         assert part.count == 1001
         np.testing.assert_allclose(part.mean, whole.mean, rtol=1e-13)
@@ -107,7 +107,9 @@ def test_backends_agree_and_real_beats_shuffled(digits_space):
 
     test, _ = reference_images("digits:test")
     train, _ = reference_images("digits:train")
-    real = {b: fid_between(test, train, digits_space, backend=b).fid for b in ("frechet", "torchmetrics", "torch-fidelity")}
+    real = {
+        b: fid_between(test, train, digits_space, backend=b).fid for b in ("frechet", "torchmetrics", "torch-fidelity")
+    }
     for backend, value in real.items():
         assert value == pytest.approx(real["frechet"], rel=1e-3), (backend, real)
     shuffled = fid_between(_shuffled_pixels(test), train, digits_space, backend="frechet").fid
@@ -157,12 +159,29 @@ def test_eval_fid_cli_on_a_tiny_digits_checkpoint(tmp_path, digits_space):
     from harness.config import load_config
     from harness.training import train
 
-    cfg = load_config("tiny-digits/mdlm", ["train.steps=4", "train.eval_every=4", "train.save_every=4", "train.sample_grid=0"])
+    cfg = load_config(
+        "tiny-digits/mdlm", ["train.steps=4", "train.eval_every=4", "train.save_every=4", "train.sample_grid=0"]
+    )
     train(cfg, tmp_path / "ckpt", quiet=True)
-    res = CliRunner().invoke(main, ["eval", "fid", str(tmp_path / "ckpt"), "--samples", "40", "--steps", "4",
-                                    "--batch-size", "20", "--json", "--out", str(tmp_path / "rec")])
+    res = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "fid",
+            str(tmp_path / "ckpt"),
+            "--samples",
+            "40",
+            "--steps",
+            "4",
+            "--batch-size",
+            "20",
+            "--json",
+            "--out",
+            str(tmp_path / "rec"),
+        ],
+    )
     assert res.exit_code == 0, res.output
-    record = json.loads(res.stdout[res.stdout.index("{"):])
+    record = json.loads(res.stdout[res.stdout.index("{") :])
     assert record["evaluation"] == "fid"
     fid = record["metrics"]["fid[digits-classifier]"]
     assert fid["kind"] == "estimate" and "digits-classifier" in fid["units"] and fid["value"] > 0

@@ -11,7 +11,7 @@ from harness import diffusion, load
 from harness.cli import main
 from harness.errors import PrimebenchError
 from harness.lmeval.adapter import PrimebenchLM
-from harness.lmeval.requests import Item, cut_at_stops, split_context
+from harness.lmeval.requests import cut_at_stops, split_context
 from harness.lmeval.tasks import lastword_passages, rolling_config
 
 DIFFUSION = ("mdlm", "masked", "prime")
@@ -58,10 +58,17 @@ def test_arm_rolling_through_lmeval_equals_eval_ppl(trained, tmp_path):
     ppl_nats = rec["metrics"]["nll"]["value"] * rec["protocol"]["tokens_scored"]
     assert rec["protocol"]["tokens_scored"] == sum(len(tok.encode(d)) + 1 for d in DOCS)
 
-    res = lm_eval.simple_evaluate(model=lm, tasks=[rolling_config("docs_rolling", tmp_path / "docs.jsonl")],
-                                  task_manager=TaskManager(include_defaults=False), bootstrap_iters=0, log_samples=True)
-    rolling_ll = sum(s["filtered_resps"][0] if isinstance(s["filtered_resps"], list) else s["filtered_resps"]
-                     for s in res["samples"]["docs_rolling"])
+    res = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=[rolling_config("docs_rolling", tmp_path / "docs.jsonl")],
+        task_manager=TaskManager(include_defaults=False),
+        bootstrap_iters=0,
+        log_samples=True,
+    )
+    rolling_ll = sum(
+        s["filtered_resps"][0] if isinstance(s["filtered_resps"], list) else s["filtered_resps"]
+        for s in res["samples"]["docs_rolling"]
+    )
     assert lm.stats.rolling_windows == len(DOCS) and lm.stats.requests["loglikelihood_rolling"] == len(DOCS)
 
     eos_nats = 0.0
@@ -79,7 +86,7 @@ def test_arm_rolling_windows_score_every_token_once(trained):
     ids = tok.encode(text)
     items = lm.rolling_items(ids)
     assert len(items) > 3
-    assert [t for it in items for t in it.tokens[len(it.tokens) - it.n_cont:]] == ids
+    assert [t for it in items for t in it.tokens[len(it.tokens) - it.n_cont :]] == ids
     assert all(len(it.tokens) - 1 <= model.seq_len for it in items)
     manual = 0.0
     with torch.no_grad():
@@ -87,7 +94,7 @@ def test_arm_rolling_windows_score_every_token_once(trained):
             row = torch.tensor([it.tokens])
             log_p = model.log_probs(row[:, :-1], None, torch.ones_like(row[:, :-1]))[0]
             n = len(it.tokens) - 1
-            manual += float(log_p[torch.arange(n - it.n_cont, n), row[0, n - it.n_cont + 1:]].double().sum())
+            manual += float(log_p[torch.arange(n - it.n_cont, n), row[0, n - it.n_cont + 1 :]].double().sum())
     (total,) = lm.loglikelihood_rolling([_instance("loglikelihood_rolling", (text,))])
     assert total == pytest.approx(manual, abs=1e-4)
 
@@ -124,7 +131,9 @@ def test_single_token_bound_is_the_one_pass_cross_entropy(trained, family):
     with torch.no_grad():
         expected = float(model.log_probs(row, None, torch.ones_like(row))[0, -1, cont[0]])
     for K in (1, 3):
-        (ll, _), = PrimebenchLM(model, tok, mc_samples=K).loglikelihood([_instance("loglikelihood", ("The capital is", "M"))])
+        ((ll, _),) = PrimebenchLM(model, tok, mc_samples=K).loglikelihood(
+            [_instance("loglikelihood", ("The capital is", "M"))]
+        )
         assert ll == pytest.approx(expected, abs=1e-5)
 
 
@@ -181,9 +190,13 @@ def test_diffusion_loglikelihood_never_masks_the_context(trained, family, monkey
     for ll, greedy in out:
         assert math.isfinite(ll) and ll <= 0 and isinstance(greedy, bool)
     # the draws belong to the request, not its batch: a different batch size gives the same numbers
-    again = PrimebenchLM(model, tok, mc_samples=8, batch_size=3).loglikelihood([_instance("loglikelihood", p) for p in pairs[::-1]])
+    again = PrimebenchLM(model, tok, mc_samples=8, batch_size=3).loglikelihood(
+        [_instance("loglikelihood", p) for p in pairs[::-1]]
+    )
     assert [a for a, _ in again[::-1]] == pytest.approx([a for a, _ in out], abs=1e-5)
-    single = PrimebenchLM(model, tok, mc_samples=8, batch_size=1).loglikelihood([_instance("loglikelihood", p) for p in pairs])
+    single = PrimebenchLM(model, tok, mc_samples=8, batch_size=1).loglikelihood(
+        [_instance("loglikelihood", p) for p in pairs]
+    )
     assert [a for a, _ in single] == pytest.approx([a for a, _ in out], abs=1e-5)
 
 
@@ -200,17 +213,17 @@ def test_diffusion_bound_K_only_moves_mc_noise(trained):
 def test_long_context_is_cut_from_the_left_and_long_continuation_fails(trained, family):
     lm, model, tok = _adapter(trained, family, mc_samples=2)
     ctx = ("word " * 40).rstrip()
-    (ll, _), = lm.loglikelihood([_instance("loglikelihood", (ctx, " gulf"))])
+    ((ll, _),) = lm.loglikelihood([_instance("loglikelihood", (ctx, " gulf"))])
     assert lm.stats.truncated_requests == 1 and lm.stats.truncated_tokens > 0
     room = lm.capacity - 1 - len(tok.encode(" gulf"))
     kept = tok.decode(tok.encode(ctx.rstrip())[-room:])
-    (ll_cut, _), = lm.loglikelihood([_instance("loglikelihood", (kept, " gulf"))])
+    ((ll_cut, _),) = lm.loglikelihood([_instance("loglikelihood", (kept, " gulf"))])
     assert ll == pytest.approx(ll_cut, abs=1e-6)
     too_long = "x" * lm.capacity  # BOS + capacity tokens cannot fit
     with pytest.raises(PrimebenchError, match=rf"doc 7.*continuation has {lm.capacity} tokens"):
         lm.loglikelihood([_instance("loglikelihood", ("ctx", too_long), task="t", doc=7)])
     fits = "x" * (lm.capacity - 1)
-    (ll_fit, _), = lm.loglikelihood([_instance("loglikelihood", ("ctx", fits))])
+    ((ll_fit, _),) = lm.loglikelihood([_instance("loglikelihood", ("ctx", fits))])
     assert math.isfinite(ll_fit) and ll_fit < 0
 
 
@@ -226,7 +239,9 @@ def test_generate_until_returns_text_cut_at_stops(trained, family):
     (free,) = lm.generate_until([_instance("generate_until", (ctx, {"max_gen_toks": 12}))])
     assert isinstance(free, str) and lm.stats.generated_tokens <= 12
     stop = free[2:4] if len(free) >= 4 else "\x00"
-    (cut,) = lm.generate_until([_instance("generate_until", (ctx, {"until": [stop], "max_gen_toks": 12, "do_sample": False}))])
+    (cut,) = lm.generate_until(
+        [_instance("generate_until", (ctx, {"until": [stop], "max_gen_toks": 12, "do_sample": False}))]
+    )
     assert cut == free[: free.find(stop)] if stop in free else cut == free
     assert lm.stats.ignored_gen_kwargs == {"do_sample"}
     with pytest.raises(PrimebenchError, match="max_gen_toks"):
@@ -234,7 +249,9 @@ def test_generate_until_returns_text_cut_at_stops(trained, family):
 
 
 def test_lastword_passages_are_deterministic_and_end_in_a_word():
-    article = ("Intro line that is short.\n==Heading==\n" + " ".join(f"Sentence {i} has six words here." for i in range(30)))
+    article = "Intro line that is short.\n==Heading==\n" + " ".join(
+        f"Sentence {i} has six words here." for i in range(30)
+    )
     rows = lastword_passages([article], per_article=3, min_words=20, max_words=40)
     assert rows == lastword_passages([article], per_article=3, min_words=20, max_words=40)
     assert len(rows) == 3
@@ -245,8 +262,23 @@ def test_lastword_passages_are_deterministic_and_end_in_a_word():
 
 def test_cli_zeroshot_records_labelled_metrics(trained, tmp_path):
     runner = CliRunner()
-    res = runner.invoke(main, ["eval", "zeroshot", str(trained("mdlm")), "--tasks", "wiki_lastword", "--limit", "5",
-                               "-K", "2", "--out", str(tmp_path), "--json"])
+    res = runner.invoke(
+        main,
+        [
+            "eval",
+            "zeroshot",
+            str(trained("mdlm")),
+            "--tasks",
+            "wiki_lastword",
+            "--limit",
+            "5",
+            "-K",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
     m = rec["metrics"]
@@ -259,13 +291,27 @@ def test_cli_zeroshot_records_labelled_metrics(trained, tmp_path):
     assert p["adapter"]["requests"]["loglikelihood"] == 5
     assert list(tmp_path.glob("zeroshot-*.json"))
 
-    res = runner.invoke(main, ["eval", "zeroshot", str(trained("arm")), "--tasks", "wiki_rolling,wiki_lastword",
-                               "--limit", "1", "--batch-size", "64"])
+    res = runner.invoke(
+        main,
+        [
+            "eval",
+            "zeroshot",
+            str(trained("arm")),
+            "--tasks",
+            "wiki_rolling,wiki_lastword",
+            "--limit",
+            "1",
+            "--batch-size",
+            "64",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "word_perplexity" in res.stdout and "exact" in res.stdout
 
 
 def test_cli_zeroshot_registry_task_offline_is_a_clear_error(trained):
-    res = CliRunner().invoke(main, ["eval", "zeroshot", str(trained("arm")), "--tasks", "lambada_openai", "--limit", "2"])
+    res = CliRunner().invoke(
+        main, ["eval", "zeroshot", str(trained("arm")), "--tasks", "lambada_openai", "--limit", "2"]
+    )
     assert res.exit_code == 2
     assert "lambada_openai" in res.output and "wiki_rolling, wiki_lastword" in res.output

@@ -14,8 +14,14 @@ from harness.lmeval.tasks import load_tasks
 @pytest.fixture
 def no_network(tmp_path, monkeypatch):
     """Flags unset (the user did not say offline), the hub refusing connections, an empty HF cache."""
-    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
-                 "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE"):
+    for flag in (
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_DATASETS_CACHE",
+    ):
         monkeypatch.delenv(flag, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens

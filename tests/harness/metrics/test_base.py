@@ -103,8 +103,16 @@ def _rank_main(rank: int, world: int, init_file: str, out: str) -> None:
         for m in metrics:
             m.all_reduce()
         ent, nll, gen, mom = metrics
-        torch.save({"entropy": ent.compute(), "nll": nll.compute(), "gen": gen.compute(), "items": mom.items,
-                    "n": float(mom.n)}, f"{out}.{rank}")
+        torch.save(
+            {
+                "entropy": ent.compute(),
+                "nll": nll.compute(),
+                "gen": gen.compute(),
+                "items": mom.items,
+                "n": float(mom.n),
+            },
+            f"{out}.{rank}",
+        )
     finally:
         dist.destroy_process_group()
 

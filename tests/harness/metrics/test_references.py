@@ -8,8 +8,15 @@ import math
 import pytest
 import torch
 
-from harness.metrics.references import (BIGRAM_DISCOUNT, bigram_log_probs, fit_counts, no_better_than_unigram,
-                                        reference_nlls, references_block, unigram_log_probs)
+from harness.metrics.references import (
+    BIGRAM_DISCOUNT,
+    bigram_log_probs,
+    fit_counts,
+    no_better_than_unigram,
+    reference_nlls,
+    references_block,
+    unigram_log_probs,
+)
 
 # train: two rows over C = 3 classes; the last position of the second row is padding
 TRAIN = torch.tensor([[0, 1, 0, 1], [2, 0, 1, 2]])
@@ -40,8 +47,9 @@ def test_probabilities_by_hand_and_normalised():
     # no context (-1), and a context never seen, fall back to the unigram
     assert torch.allclose(torch.exp(bigram_log_probs(c, torch.full((3,), -1), torch.arange(3))), uni)
     unseen = fit_counts(torch.tensor([[0, 1]]), None, vocab_size=3)
-    assert torch.allclose(bigram_log_probs(unseen, torch.full((3,), 2), torch.arange(3)),
-                          unigram_log_probs(unseen, torch.arange(3)))
+    assert torch.allclose(
+        bigram_log_probs(unseen, torch.full((3,), 2), torch.arange(3)), unigram_log_probs(unseen, torch.arange(3))
+    )
 
 
 def test_nlls_on_the_scored_positions_only():

@@ -13,7 +13,13 @@ from harness.sampling import SAMPLERS
 from tests.toys import tiny
 
 ROOT = Path(__file__).resolve().parents[3]
-FAMILY_HOMES = {"baselines/arm.py", "baselines/mdlm.py", "baselines/masked.py", "prime/model.py", "harness/models/__init__.py"}
+FAMILY_HOMES = {
+    "baselines/arm.py",
+    "baselines/mdlm.py",
+    "baselines/masked.py",
+    "prime/model.py",
+    "harness/models/__init__.py",
+}
 
 
 @pytest.mark.parametrize("name", ["arm", "mdlm", "masked", "prime"])
@@ -29,9 +35,15 @@ def test_facts_are_consistent(name):
 
 def test_no_module_outside_the_families_compares_a_family_name():
     names = "|".join(family_names())
-    pattern = re.compile(rf"""(==|!=)\s*['"]({names})['"]|['"]({names})['"]\s*(==|!=)|\bfamily\s+(not\s+)?in\s*[(\[{{]""")
+    pattern = re.compile(
+        rf"""(==|!=)\s*['"]({names})['"]|['"]({names})['"]\s*(==|!=)|\bfamily\s+(not\s+)?in\s*[(\[{{]"""
+    )
     offenders = []
-    for path in sorted((ROOT / "harness").rglob("*.py")) + sorted((ROOT / "prime").rglob("*.py")) + sorted((ROOT / "baselines").rglob("*.py")):
+    for path in (
+        sorted((ROOT / "harness").rglob("*.py"))
+        + sorted((ROOT / "prime").rglob("*.py"))
+        + sorted((ROOT / "baselines").rglob("*.py"))
+    ):
         rel = path.relative_to(ROOT).as_posix()
         if rel in FAMILY_HOMES:
             continue
@@ -57,8 +69,9 @@ def test_nll_masks_only_corruptible_units(family, kw, sampler, monkeypatch):
         return out
 
     monkeypatch.setattr(diffusion, "corrupt", spy)
-    res = model.nll(x0, num_samples=4, generator=torch.Generator().manual_seed(1), corruptible=corruptible,
-                    time_sampler=sampler)
+    res = model.nll(
+        x0, num_samples=4, generator=torch.Generator().manual_seed(1), corruptible=corruptible, time_sampler=sampler
+    )
     assert len(seen) == 4 and all(not bool(m[:, :4].any()) for m in seen) and any(bool(m.any()) for m in seen)
     assert res.tokens.tolist() == [2.0, 2.0, 2.0]
     # per-row generators: a row's number does not depend on the rows scored beside it

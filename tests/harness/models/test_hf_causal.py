@@ -38,7 +38,9 @@ def test_hf_model_is_an_arm_with_transformers_own_nll(gpt2_folder):
     x = torch.tensor([tok.encode("The quick brown fox jumps over the lazy dog, twice over.")])
     hf = model.backbone.hf
     with torch.no_grad():
-        per_token = torch.nn.functional.cross_entropy(hf(input_ids=x).logits[0, :-1].float(), x[0, 1:], reduction="none")
+        per_token = torch.nn.functional.cross_entropy(
+            hf(input_ids=x).logits[0, :-1].float(), x[0, 1:], reduction="none"
+        )
     res = model.nll(x)
     assert res.kind == "exact" and float(res.tokens) == x.shape[1] - 1
     assert float(res.nats) == pytest.approx(float(per_token.sum()), rel=1e-6)
@@ -53,13 +55,15 @@ def test_hf_model_through_eval_ppl_genppl_and_zeroshot(gpt2_folder, tmp_path):
     src = f"hf:{gpt2_folder}"
     res = CliRunner().invoke(main, ["eval", "ppl", src, "--max-rows", "3", "--json", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    record = json.loads(res.stdout[res.stdout.index("{"):])
+    record = json.loads(res.stdout[res.stdout.index("{") :])
     assert record["metrics"]["nll"]["kind"] == "exact" and record["protocol"]["model_source"] == src
     assert record["model"]["checkpoint_sha256"] == file_sha256(gpt2_folder / "model.safetensors")
     assert record["protocol"]["tokenizer"] == src and record["protocol"]["seq_len"] == 48
-    res = CliRunner().invoke(main, ["eval", "genppl", src, "--samples", "2", "--seq-len", "12", "--judge", src, "--json"])
+    res = CliRunner().invoke(
+        main, ["eval", "genppl", src, "--samples", "2", "--seq-len", "12", "--judge", src, "--json"]
+    )
     assert res.exit_code == 0, res.output
-    gen = json.loads(res.stdout[res.stdout.index("{"):])
+    gen = json.loads(res.stdout[res.stdout.index("{") :])
     assert gen["protocol"]["judge_retokenization"]["separators"]["judge_eos_id"] == 50256
     res = CliRunner().invoke(main, ["eval", "zeroshot", src, "--tasks", "wiki_lastword", "--limit", "2", "--json"])
     assert res.exit_code == 0, res.output
@@ -115,7 +119,9 @@ def test_an_index_naming_a_code_pickle_under_another_name_is_refused(gpt2_folder
     if not keep_safetensors:
         (folder / "model.safetensors").unlink()
     torch.save({**weights, "x": Payload()}, folder / "weights-00001-of-00001.data")
-    (folder / index).write_text(json.dumps({"metadata": {}, "weight_map": dict.fromkeys(weights, "weights-00001-of-00001.data")}))
+    (folder / index).write_text(
+        json.dumps({"metadata": {}, "weight_map": dict.fromkeys(weights, "weights-00001-of-00001.data")})
+    )
     with pytest.raises(UnsafeFileError) as err:
         harness.load(f"hf:{folder}")
     assert "weights-00001-of-00001.data" in err.value.problem and index in err.value.problem

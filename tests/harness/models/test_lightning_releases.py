@@ -20,7 +20,7 @@ from harness.cli import main
 from harness.errors import CheckpointError
 from harness.safe_load import UnsafeFileError, accepted_global, load_lightning_checkpoint, plain, saved_tokenizer_json
 from tests.fixtures.lightning_releases import ELL, release_config, weights, write_release
-from tests.fixtures.releases import CKPT_FILES, L, PRIME_BASE, V
+from tests.fixtures.releases import CKPT_FILES, PRIME_BASE, L, V
 from tests.harness.models.test_mdlm_import import _reference_ar_log_probs, _reference_logits
 
 PREFIX = {"mdlm": "mdlm-ckpt:", "prime": "prime-ckpt:", "prime-no-carry-over": "prime-ckpt:", "ar": "ar-ckpt:"}
@@ -32,14 +32,32 @@ def test_the_files_name_what_real_release_files_name(release_files):
     from torch.serialization import get_unsafe_globals_in_checkpoint
 
     names = set(get_unsafe_globals_in_checkpoint(str(release_files / "mdlm.ckpt")))
-    assert {"builtins.dict", "builtins.int", "builtins.list", "collections.defaultdict", "typing.Any",
-            "omegaconf.dictconfig.DictConfig", "omegaconf.listconfig.ListConfig", "omegaconf.nodes.AnyNode",
-            "omegaconf.base.ContainerMetadata", "omegaconf.base.Metadata", "tokenizers.Tokenizer",
-            "tokenizers.models.Model"} <= names
+    assert {
+        "builtins.dict",
+        "builtins.int",
+        "builtins.list",
+        "collections.defaultdict",
+        "typing.Any",
+        "omegaconf.dictconfig.DictConfig",
+        "omegaconf.listconfig.ListConfig",
+        "omegaconf.nodes.AnyNode",
+        "omegaconf.base.ContainerMetadata",
+        "omegaconf.base.Metadata",
+        "tokenizers.Tokenizer",
+        "tokenizers.models.Model",
+    } <= names
     assert any(n.startswith("transformers.models.gpt2.") for n in names)
     blob = torch.load(release_files / "mdlm.ckpt", weights_only=False)  # our own file: trusted here
-    assert {"pytorch-lightning_version", "loops", "callbacks", "optimizer_states", "lr_schedulers", "hparams_name",
-            "ema", "sampler"} <= set(blob)
+    assert {
+        "pytorch-lightning_version",
+        "loops",
+        "callbacks",
+        "optimizer_states",
+        "lr_schedulers",
+        "hparams_name",
+        "ema",
+        "sampler",
+    } <= set(blob)
     assert blob["global_step"] == 2 and blob["ema"]["num_updates"] == 2 and blob["optimizer_states"][0]["state"]
     assert any(k.startswith("ModelCheckpoint") for k in blob["callbacks"])
 
@@ -88,8 +106,9 @@ def test_logits_equal_an_op_by_op_recomputation(release_files, kind, ema):
         y = model.encode(x0)
         y[torch.rand(y.shape, generator=g) < 0.5] = PRIME_BASE
         ours = model.log_probs(y, None)
-        ref = restricted_log_probs(_reference_logits(w, y, torch.zeros(2)), y, C=V - 1, base=PRIME_BASE, ell=ELL,
-                                   carry_over=carry_over)
+        ref = restricted_log_probs(
+            _reference_logits(w, y, torch.zeros(2)), y, C=V - 1, base=PRIME_BASE, ell=ELL, carry_over=carry_over
+        )
     finite = torch.isfinite(ref)
     assert torch.equal(finite, torch.isfinite(ours)) and torch.allclose(ours[finite], ref[finite], atol=2e-5)
 
@@ -105,7 +124,7 @@ def test_each_prefix_imports_and_evaluates_through_the_cli(release_files, tmp_pa
     for target in (source, str(tmp_path / "imp")):
         res = runner.invoke(main, ["eval", "ppl", target, "--max-rows", "2", "--json"])
         assert res.exit_code == 0, res.output
-        records.append(json.loads(res.stdout[res.stdout.index("{"):]))
+        records.append(json.loads(res.stdout[res.stdout.index("{") :]))
     direct, imported = records
     assert direct["model"]["checkpoint"] == source and direct["protocol"]["weights"] == "EMA"
     assert direct["metrics"]["nll"]["kind"] == ("exact" if kind == "ar" else "bound")
@@ -123,8 +142,9 @@ def test_a_tokenizer_that_maps_ids_differently_from_the_saved_one_is_refused(rel
     a, b = "the", "Ġthe"
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (tmp_path / "tokenizer.json").write_text(json.dumps(doc))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                                 "eos_token": "<|endoftext|>"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"})
+    )
     with pytest.raises(CheckpointError, match="differs from the tokenizer saved in the checkpoint at 2 of 50257"):
         harness.load(f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}")
     res = CliRunner().invoke(main, ["eval", "ppl", f"mdlm-ckpt:{tmp_path / 'mdlm.ckpt'}", "--max-rows", "1"])
@@ -139,8 +159,9 @@ def test_a_release_without_a_transformers_tokenizer_takes_a_tokenizer_spec(tmp_p
     assert tok.spec == "bytes" and model.vocab_size == 257
     with pytest.raises(CheckpointError, match="257"):
         harness.load(f"ar-ckpt:{path}", tokenizer="gpt2")
-    res = CliRunner().invoke(main, ["import", f"ar-ckpt:{path}", "--no-ema", "--tokenizer", "bytes",
-                                    "--out", str(tmp_path / "imp")])
+    res = CliRunner().invoke(
+        main, ["import", f"ar-ckpt:{path}", "--no-ema", "--tokenizer", "bytes", "--out", str(tmp_path / "imp")]
+    )
     assert res.exit_code == 0, res.output
     again, tok2, _ = harness.load(tmp_path / "imp")
     z = torch.randint(0, 257, (2, L - 1), generator=torch.Generator().manual_seed(0))
@@ -194,7 +215,9 @@ def _poisoned(release_files, tmp_path, name, payload, *, where="hyper_parameters
     return path
 
 
-@pytest.mark.parametrize("name", ["os.system", "builtins.eval", "builtins.exec", "builtins.getattr", "subprocess.Popen"])
+@pytest.mark.parametrize(
+    "name", ["os.system", "builtins.eval", "builtins.exec", "builtins.getattr", "subprocess.Popen"]
+)
 def test_malicious_variants_are_refused_and_run_nothing(release_files, tmp_path, name):
     ran = tmp_path / "RAN"
     path = _poisoned(release_files, tmp_path, name.replace(".", "_"), _payloads(ran)[name])
@@ -219,16 +242,45 @@ def test_a_payload_inside_the_omegaconf_state_is_refused(release_files, tmp_path
 
 
 def test_only_inert_names_are_accepted():
-    for name in ("builtins.dict", "builtins.list", "builtins.tuple", "builtins.set", "builtins.frozenset",
-                 "builtins.int", "builtins.float", "builtins.complex", "builtins.str", "builtins.bytes",
-                 "builtins.bool", "collections.defaultdict", "typing.Any", "omegaconf.nodes.AnyNode",
-                 "transformers.models.gpt2.tokenization_gpt2.GPT2TokenizerFast", "tokenizers.Tokenizer"):
+    for name in (
+        "builtins.dict",
+        "builtins.list",
+        "builtins.tuple",
+        "builtins.set",
+        "builtins.frozenset",
+        "builtins.int",
+        "builtins.float",
+        "builtins.complex",
+        "builtins.str",
+        "builtins.bytes",
+        "builtins.bool",
+        "collections.defaultdict",
+        "typing.Any",
+        "omegaconf.nodes.AnyNode",
+        "transformers.models.gpt2.tokenization_gpt2.GPT2TokenizerFast",
+        "tokenizers.Tokenizer",
+    ):
         assert accepted_global(name), name
-    for name in ("builtins.eval", "builtins.exec", "builtins.getattr", "builtins.__import__", "builtins.open",
-                 "builtins.type", "builtins.compile", "posix.system", "os.system", "subprocess.Popen",
-                 "subprocess.check_output", "numpy.load", "torch.load", "lightning.pytorch.Trainer",
-                 "omegaconf.omegaconf.open_dict", "transformers.dynamic_module_utils.get_class_from_dynamic_module",
-                 "collections.namedtuple", "functools.partial"):
+    for name in (
+        "builtins.eval",
+        "builtins.exec",
+        "builtins.getattr",
+        "builtins.__import__",
+        "builtins.open",
+        "builtins.type",
+        "builtins.compile",
+        "posix.system",
+        "os.system",
+        "subprocess.Popen",
+        "subprocess.check_output",
+        "numpy.load",
+        "torch.load",
+        "lightning.pytorch.Trainer",
+        "omegaconf.omegaconf.open_dict",
+        "transformers.dynamic_module_utils.get_class_from_dynamic_module",
+        "collections.namedtuple",
+        "functools.partial",
+    ):
         assert not accepted_global(name), name
 
 

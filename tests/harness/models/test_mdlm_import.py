@@ -15,8 +15,7 @@ from click.testing import CliRunner
 import harness
 from harness.cli import main
 from harness.errors import CheckpointError
-
-from tests.fixtures.releases import BLOCKS, D, HEADS, L, V
+from tests.fixtures.releases import BLOCKS, HEADS, D, L, V
 from tests.fixtures.releases import raw_weights as _raw_weights
 from tests.fixtures.releases import write_hf_folder as _write
 
@@ -44,20 +43,20 @@ def _reference_logits(w, ids, sigma):
     pos = torch.arange(T).float()[:, None] * w["backbone.rotary_emb.inv_freq"][None]  # (T, d/2)
 
     def rope(t):  # t (B, H, T, d): pairs (i, i + d/2) rotated by the angle of frequency i
-        a, b = t[..., : d // 2], t[..., d // 2:]
+        a, b = t[..., : d // 2], t[..., d // 2 :]
         return torch.cat([a * pos.cos() - b * pos.sin(), b * pos.cos() + a * pos.sin()], -1)
 
     for i in range(BLOCKS):
         p = f"backbone.blocks.{i}."
         mod = lin(c, p + "adaLN_modulation")[:, None]
-        s1, sc1, g1, s2, sc2, g2 = (mod[..., k * D:(k + 1) * D] for k in range(6))
+        s1, sc1, g1, s2, sc2, g2 = (mod[..., k * D : (k + 1) * D] for k in range(6))
         qkv = lin(norm(x, p + "norm1.weight") * (1 + sc1) + s1, p + "attn_qkv", bias=False).view(B, T, 3, HEADS, d)
         q, k, v = (qkv[:, :, j].permute(0, 2, 1, 3) for j in range(3))
         q, k = rope(q), rope(k)
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), -1) @ v
         x = x + g1 * lin(att.permute(0, 2, 1, 3).reshape(B, T, D), p + "attn_out", bias=False)
         hmid = lin(norm(x, p + "norm2.weight") * (1 + sc2) + s2, p + "mlp.0")
-        hmid = 0.5 * hmid * (1 + torch.tanh(math.sqrt(2 / math.pi) * (hmid + 0.044715 * hmid ** 3)))
+        hmid = 0.5 * hmid * (1 + torch.tanh(math.sqrt(2 / math.pi) * (hmid + 0.044715 * hmid**3)))
         x = x + g2 * lin(hmid, p + "mlp.2")
     mod = lin(c, "backbone.output_layer.adaLN_modulation")[:, None]
     out = norm(x, "backbone.output_layer.norm_final.weight") * (1 + mod[..., D:]) + mod[..., :D]
@@ -109,23 +108,38 @@ def test_imported_mdlm_evaluates_through_the_cli(tmp_path):
     folder = _write(tmp_path / "mdlm-owt", _raw_weights())
     res = CliRunner().invoke(main, ["eval", "ppl", f"mdlm-hf:{folder}", "--max-rows", "2", "--json"])
     assert res.exit_code == 0, res.output
-    record = json.loads(res.stdout[res.stdout.index("{"):])
+    record = json.loads(res.stdout[res.stdout.index("{") :])
     assert record["metrics"]["nll"]["kind"] == "bound" and record["protocol"]["seq_len"] == L
     assert record["model"]["checkpoint"] == f"mdlm-hf:{folder}" and record["model"]["checkpoint_sha256"]
-    res = CliRunner().invoke(main, ["eval", "genppl", f"mdlm-hf:{folder}", "--samples", "2", "--steps", "4",
-                                    "--judge", "none-such-folder/"])
+    res = CliRunner().invoke(
+        main, ["eval", "genppl", f"mdlm-hf:{folder}", "--samples", "2", "--steps", "4", "--judge", "none-such-folder/"]
+    )
     assert res.exit_code == 2  # the judge is checked before the model loads
 
 
 def test_imported_mdlm_through_zeroshot_and_the_precision_audit(tmp_path):
     folder = _write(tmp_path / "mdlm-owt", _raw_weights())
-    res = CliRunner().invoke(main, ["eval", "zeroshot", f"mdlm-hf:{folder}", "--tasks", "wiki_lastword", "--limit", "2",
-                                    "--mc-samples", "2", "--json"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "zeroshot",
+            f"mdlm-hf:{folder}",
+            "--tasks",
+            "wiki_lastword",
+            "--limit",
+            "2",
+            "--mc-samples",
+            "2",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    res = CliRunner().invoke(main, ["audit", "precision", f"mdlm-hf:{folder}", "--steps", "4", "--samples", "2",
-                                    "--no-controls", "--json"])
+    res = CliRunner().invoke(
+        main, ["audit", "precision", f"mdlm-hf:{folder}", "--steps", "4", "--samples", "2", "--no-controls", "--json"]
+    )
     assert res.exit_code == 0, res.output
-    record = json.loads(res.stdout[res.stdout.index("{"):])
+    record = json.loads(res.stdout[res.stdout.index("{") :])
     assert record["model"]["checkpoint"] == f"mdlm-hf:{folder}"
 
 
@@ -142,8 +156,16 @@ def _reference_ar_log_probs(w, ids):
     B, T = ids.shape
     d = D // HEADS
     pos = torch.arange(T).float()[:, None] * w["backbone.rotary_emb.inv_freq"][None]
-    rope = lambda t: torch.cat([t[..., : d // 2] * pos.cos() - t[..., d // 2:] * pos.sin(),  # noqa: E731
-                                t[..., d // 2:] * pos.cos() + t[..., : d // 2] * pos.sin()], -1)
+
+    def rope(t):
+        return torch.cat(
+            [
+                t[..., : d // 2] * pos.cos() - t[..., d // 2 :] * pos.sin(),
+                t[..., d // 2 :] * pos.cos() + t[..., : d // 2] * pos.sin(),
+            ],
+            -1,
+        )
+
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
     for i in range(BLOCKS):
         p = f"backbone.blocks.{i}."
@@ -152,7 +174,7 @@ def _reference_ar_log_probs(w, ids):
         scores = (rope(q) @ rope(k).transpose(-1, -2) / math.sqrt(d)).masked_fill(future, float("-inf"))
         x = x + lin((torch.softmax(scores, -1) @ v).permute(0, 2, 1, 3).reshape(B, T, D), p + "attn_out", bias=False)
         h = lin(norm(x, p + "norm2.weight"), p + "mlp.0")
-        x = x + lin(0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3))), p + "mlp.2")
+        x = x + lin(0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3))), p + "mlp.2")
     logits = lin(norm(x, "backbone.output_layer.norm_final.weight"), "backbone.output_layer.linear")
     logits[..., -1] = -1000.0
     return logits.log_softmax(-1)

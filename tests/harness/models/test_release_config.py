@@ -11,7 +11,6 @@ import pytest
 import harness
 from harness.errors import CheckpointError
 from harness.models.release_config import config_flag, config_size
-
 from tests.fixtures.releases import raw_weights, write_hf_folder
 
 
@@ -44,9 +43,18 @@ def test_booleans_and_zero_or_one_are_flags(release, tmp_path, value, expected):
     assert model.time_conditioning is expected and cfg.model.time_conditioning is expected
 
 
-@pytest.mark.parametrize("key, value", [("model_length", 0), ("model_length", -5), ("model_length", 2.5),
-                                        ("model_length", "24"), ("model_length", True), ("n_heads", 0),
-                                        ("vocab_size", 1)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("model_length", 0),
+        ("model_length", -5),
+        ("model_length", 2.5),
+        ("model_length", "24"),
+        ("model_length", True),
+        ("n_heads", 0),
+        ("vocab_size", 1),
+    ],
+)
 def test_a_size_that_is_not_a_positive_integer_is_refused(release, tmp_path, key, value):
     folder = _with_config(release, tmp_path / "r", **{key: value})
     with pytest.raises(CheckpointError, match=f"'{key}' is .* it must be an integer >= ") as info:
@@ -60,8 +68,11 @@ def test_an_imported_folder_is_read_as_strictly(release, tmp_path):
     out = import_checkpoint(f"mdlm-hf:{release}", tmp_path / "imported")
     config = json.loads((out / "config.json").read_text())
     assert config["time_conditioning"] is False
-    for key, value, message in (("time_conditioning", "false", "JSON boolean"), ("model_length", -1, "integer >= 1"),
-                                ("model_length", None, "integer >= 1")):
+    for key, value, message in (
+        ("time_conditioning", "false", "JSON boolean"),
+        ("model_length", -1, "integer >= 1"),
+        ("model_length", None, "integer >= 1"),
+    ):
         (out / "config.json").write_text(json.dumps(dict(config, **{key: value})))
         with pytest.raises(CheckpointError, match=f"'{key}' is .*{message}") as info:
             harness.load(out)
@@ -86,8 +97,14 @@ def test_a_release_ckpt_config_is_read_as_strictly():
     from harness.models.mdlm_import import _model_shape
 
     good = {"model": {"length": 128, "hidden_size": 64, "cond_dim": 32, "n_blocks": 2, "n_heads": 4}}
-    assert _model_shape(good, "r.ckpt", vocab_size=9) == {"model_length": 128, "hidden_dim": 64, "cond_dim": 32,
-                                                          "n_blocks": 2, "n_heads": 4, "vocab_size": 9}
+    assert _model_shape(good, "r.ckpt", vocab_size=9) == {
+        "model_length": 128,
+        "hidden_dim": 64,
+        "cond_dim": 32,
+        "n_blocks": 2,
+        "n_heads": 4,
+        "vocab_size": 9,
+    }
     with pytest.raises(CheckpointError, match="model.length"):
         _model_shape({"model": dict(good["model"], length=0)}, "r.ckpt")
     with pytest.raises(CheckpointError, match="model.n_heads"):

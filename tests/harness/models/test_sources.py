@@ -13,21 +13,24 @@ from harness.errors import CheckpointError
 from harness.models.sources import ckpt_prefix, split_source
 
 
-@pytest.mark.parametrize("given, file, right", [
-    ("mdlm-ckpt:", "prime-l2.ckpt", "prime-ckpt:"),
-    ("mdlm-ckpt:", "ar.ckpt", "ar-ckpt:"),
-    ("ar-ckpt:", "prime-l2.ckpt", "prime-ckpt:"),
-    ("ar-ckpt:", "mdlm.ckpt", "mdlm-ckpt:"),
-    ("prime-ckpt:", "ar.ckpt", "ar-ckpt:"),
-    ("prime-ckpt:", "mdlm.ckpt", "mdlm-ckpt:"),
-    ("", "mdlm.ckpt", "mdlm-ckpt:"),
-    ("", "prime-l2.ckpt", "prime-ckpt:"),
-    ("hf:", "mdlm-owt", "mdlm-hf:"),
-    ("", "mdlm-owt", "mdlm-hf:"),
-    ("mdlm-ckpt:", "mdlm-owt", "mdlm-hf:"),
-    ("mdlm-hf:", "ar.ckpt", "ar-ckpt:"),
-    ("hf:", "prime-l2.ckpt", "prime-ckpt:"),
-])
+@pytest.mark.parametrize(
+    "given, file, right",
+    [
+        ("mdlm-ckpt:", "prime-l2.ckpt", "prime-ckpt:"),
+        ("mdlm-ckpt:", "ar.ckpt", "ar-ckpt:"),
+        ("ar-ckpt:", "prime-l2.ckpt", "prime-ckpt:"),
+        ("ar-ckpt:", "mdlm.ckpt", "mdlm-ckpt:"),
+        ("prime-ckpt:", "ar.ckpt", "ar-ckpt:"),
+        ("prime-ckpt:", "mdlm.ckpt", "mdlm-ckpt:"),
+        ("", "mdlm.ckpt", "mdlm-ckpt:"),
+        ("", "prime-l2.ckpt", "prime-ckpt:"),
+        ("hf:", "mdlm-owt", "mdlm-hf:"),
+        ("", "mdlm-owt", "mdlm-hf:"),
+        ("mdlm-ckpt:", "mdlm-owt", "mdlm-hf:"),
+        ("mdlm-hf:", "ar.ckpt", "ar-ckpt:"),
+        ("hf:", "prime-l2.ckpt", "prime-ckpt:"),
+    ],
+)
 def test_a_wrong_prefix_names_the_file_and_the_right_prefix(release_files, given, file, right):
     path = release_files / file
     with pytest.raises(CheckpointError) as err:
@@ -62,9 +65,15 @@ def test_a_transformers_folder_without_hf_names_hf(tmp_path):
 def test_right_prefixes_and_missing_paths_pass_the_check(release_files, tmp_path):
     from harness.models.sources import check_source
 
-    for source in (f"mdlm-hf:{release_files / 'mdlm-owt'}", f"mdlm-ckpt:{release_files / 'mdlm.ckpt'}",
-                   f"prime-ckpt:{release_files / 'prime-l2.ckpt'}", f"ar-ckpt:{release_files / 'ar.ckpt'}",
-                   f"{tmp_path / 'missing'}", "hf:gpt2", f"mdlm-ckpt:{tmp_path / 'missing.ckpt'}"):
+    for source in (
+        f"mdlm-hf:{release_files / 'mdlm-owt'}",
+        f"mdlm-ckpt:{release_files / 'mdlm.ckpt'}",
+        f"prime-ckpt:{release_files / 'prime-l2.ckpt'}",
+        f"ar-ckpt:{release_files / 'ar.ckpt'}",
+        f"{tmp_path / 'missing'}",
+        "hf:gpt2",
+        f"mdlm-ckpt:{tmp_path / 'missing.ckpt'}",
+    ):
         check_source(source)
 
 

@@ -90,8 +90,14 @@ def test_every_release_fixture_loads_and_imports(release_files, tmp_path):
     """The README walkthrough's files: each release layout loads by its prefix and imports to the
     same log-probabilities."""
     from tests.fixtures.releases import L
-    sources = {"mdlm-owt": ("mdlm-hf:", "mdlm"), "mdlm.ckpt": ("mdlm-ckpt:", "mdlm"), "ar.ckpt": ("ar-ckpt:", "arm"),
-               "prime-l2.ckpt": ("prime-ckpt:", "prime"), "prime-l2-no-carry-over.ckpt": ("prime-ckpt:", "prime")}
+
+    sources = {
+        "mdlm-owt": ("mdlm-hf:", "mdlm"),
+        "mdlm.ckpt": ("mdlm-ckpt:", "mdlm"),
+        "ar.ckpt": ("ar-ckpt:", "arm"),
+        "prime-l2.ckpt": ("prime-ckpt:", "prime"),
+        "prime-l2-no-carry-over.ckpt": ("prime-ckpt:", "prime"),
+    }
     z = torch.randint(0, 225, (2, L), generator=torch.Generator().manual_seed(0))
     for name, (prefix, family) in sources.items():
         source = f"{prefix}{release_files / name}"
@@ -110,19 +116,49 @@ def test_release_prime_and_ar_through_genppl_zeroshot_and_precision(release_file
 
     prime, ar = f"prime-ckpt:{release_files / 'prime-l2.ckpt'}", f"ar-ckpt:{release_files / 'ar.ckpt'}"
     runner = CliRunner()
-    res = runner.invoke(main, ["eval", "genppl", prime, "--samples", "2", "--steps", "4", "--batch-size", "2",
-                               "--judge", ar, "--json"])
+    res = runner.invoke(
+        main, ["eval", "genppl", prime, "--samples", "2", "--steps", "4", "--batch-size", "2", "--judge", ar, "--json"]
+    )
     assert res.exit_code == 0, res.output
-    record = json.loads(res.stdout[res.stdout.index("{"):])
+    record = json.loads(res.stdout[res.stdout.index("{") :])
     assert record["protocol"]["judge"] == f"arm:{ar}" and record["model"]["checkpoint"] == prime
     res = runner.invoke(main, ["eval", "zeroshot", ar, "--tasks", "wiki_lastword", "--limit", "2", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout[res.stdout.index("{"):])["protocol"]["model_source"] == ar
-    res = runner.invoke(main, ["audit", "precision", prime, "--steps", "4", "--samples", "2", "--batch-size", "2",
-                               "--no-controls", "--no-ema", "--json"])
+    assert json.loads(res.stdout[res.stdout.index("{") :])["protocol"]["model_source"] == ar
+    res = runner.invoke(
+        main,
+        [
+            "audit",
+            "precision",
+            prime,
+            "--steps",
+            "4",
+            "--samples",
+            "2",
+            "--batch-size",
+            "2",
+            "--no-controls",
+            "--no-ema",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout[res.stdout.index("{"):])["protocol"]["weights"] == "raw"
+    assert json.loads(res.stdout[res.stdout.index("{") :])["protocol"]["weights"] == "raw"
     runner.invoke(main, ["import", ar, "--out", str(tmp_path / "imp-ar")])
-    res = runner.invoke(main, ["eval", "genppl", prime, "--samples", "2", "--steps", "4", "--batch-size", "2",
-                               "--judge", f"arm:{tmp_path / 'imp-ar'}"])
+    res = runner.invoke(
+        main,
+        [
+            "eval",
+            "genppl",
+            prime,
+            "--samples",
+            "2",
+            "--steps",
+            "4",
+            "--batch-size",
+            "2",
+            "--judge",
+            f"arm:{tmp_path / 'imp-ar'}",
+        ],
+    )
     assert res.exit_code == 0, res.output

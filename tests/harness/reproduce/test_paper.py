@@ -16,8 +16,23 @@ def test_every_paper_preset_dry_run_prints_its_plan_offline(preset, monkeypatch)
 
 
 def test_precision_paper_dry_run_with_throughput_and_torchrun():
-    res = CliRunner().invoke(main, ["reproduce", "precision", "--paper", "--dry-run", "--nproc", "8", "--tflops", "400",
-                                    "--gpu", "H100", "--checkpoint", "mdlm=mdlm-ckpt:mdlm.ckpt"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "reproduce",
+            "precision",
+            "--paper",
+            "--dry-run",
+            "--nproc",
+            "8",
+            "--tflops",
+            "400",
+            "--gpu",
+            "H100",
+            "--checkpoint",
+            "mdlm=mdlm-ckpt:mdlm.ckpt",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "torchrun --nproc-per-node 8 -m harness audit precision mdlm-ckpt:mdlm.ckpt" in res.output
     assert "TFLOP/s per H100" in res.output and "--draw two-stage" in res.output and "5.59 -> 4.92" in res.output
@@ -32,7 +47,9 @@ def test_imported_checkpoints_replace_training():
     steps = plan("owt", checkpoints={"mdlm": "mdlm-hf:kuleshov-group/mdlm-owt"})
     whats = [s.what for s in steps]
     assert sum(w.startswith("train ") for w in whats) == 3 and any(w.startswith("import mdlm-hf:") for w in whats)
-    assert ("import", "mdlm-hf:kuleshov-group/mdlm-owt", "--out", "results/runs/paper-owt/mdlm") in [s.argv for s in steps]
+    assert ("import", "mdlm-hf:kuleshov-group/mdlm-owt", "--out", "results/runs/paper-owt/mdlm") in [
+        s.argv for s in steps
+    ]
 
 
 def test_plan_errors_name_the_fix():
@@ -47,13 +64,20 @@ def test_plan_errors_name_the_fix():
 def test_zeroshot_plan_covers_the_seven_sets_for_every_model():
     evals = [s for s in plan("zeroshot") if s.argv[:2] == ("eval", "ppl")]
     assert len(evals) == 4 * 7
-    assert {s.argv[s.argv.index("--data") + 1] for s in evals} == {"lambada", "wikitext2", "ptb", "lm1b", "ag_news",
-                                                                     "pubmed", "arxiv"}
+    assert {s.argv[s.argv.index("--data") + 1] for s in evals} == {
+        "lambada",
+        "wikitext2",
+        "ptb",
+        "lm1b",
+        "ag_news",
+        "pubmed",
+        "arxiv",
+    }
 
 
 def test_flop_counts_follow_6n_per_trained_token():
     model = dict(d_model=768, n_layers=12, n_heads=12, vocab=50258, seq_len=1024)
-    n = 12 * 12 * 768 ** 2 + 768 * 50258
+    n = 12 * 12 * 768**2 + 768 * 50258
     assert forward_flops_per_token(model) == pytest.approx(2 * n + 4 * 12 * 1024 * 768)
     assert train_flops(model, 10, 2) == pytest.approx(3 * forward_flops_per_token(model) * 10 * 2 * 1024)
     assert set(PRESETS) == {"owt", "zeroshot", "genppl", "precision", "cifar10-fid"}
@@ -86,8 +110,12 @@ def test_every_planned_command_parses(preset):
 
 
 def _rec(evaluation, name, metrics, **protocol):
-    return {"evaluation": evaluation, "model": {"name": name}, "protocol": protocol,
-            "metrics": {k: {"value": v, "stderr": se, "kind": kind} for k, (v, se, kind) in metrics.items()}}
+    return {
+        "evaluation": evaluation,
+        "model": {"name": name},
+        "protocol": protocol,
+        "metrics": {k: {"value": v, "stderr": se, "kind": kind} for k, (v, se, kind) in metrics.items()},
+    }
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -107,13 +135,21 @@ def test_owt_and_zeroshot_tables_mark_ours_and_the_papers_kinds(tmp_path):
     from harness.reproduce.report import published_table, write_preset_report
     from harness.views import render
 
-    records = [_rec("ppl", "arm", {"ppl": (18.1, 0.2, "exact")}, dataset="openwebtext"),
-               _rec("ppl", "prime4", {"ppl": (16.0, 0.1, "bound"), "ppl_token_joint": (15.0, 0.1, "paper-objective")},
-                    dataset="openwebtext")]
+    records = [
+        _rec("ppl", "arm", {"ppl": (18.1, 0.2, "exact")}, dataset="openwebtext"),
+        _rec(
+            "ppl",
+            "prime4",
+            {"ppl": (16.0, 0.1, "bound"), "ppl_token_joint": (15.0, 0.1, "paper-objective")},
+            dataset="openwebtext",
+        ),
+    ]
     table = published_table("owt", records)
     ours = [r for r in table.rows if r[1].text == "ours"]
     assert [(r[0].text, r[2].value, r[2].kind, r[3].value) for r in ours] == [
-        ("arm", 18.1, "exact", None), ("prime4", 16.0, "bound", 15.0)]
+        ("arm", 18.1, "exact", None),
+        ("prime4", 16.0, "bound", 15.0),
+    ]
     prime = next(r for r in table.rows if r[0].text == "MDM-Prime ell=4")
     assert prime[2].value is None and prime[3].value == 15.62 and prime[3].kind == "paper-objective"
     md = render(table, "md")
@@ -136,5 +172,9 @@ def test_a_preset_run_ends_with_its_table(tmp_path, monkeypatch):
     monkeypatch.setattr("harness.reproduce.paper.run_plan", lambda steps, **kw: ran.append(len(steps)))
     res = CliRunner().invoke(main, ["reproduce", "cifar10-fid", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert ran and "| MDM-Prime (NFE 512) | published | 3.26 | 9.67 |" in (tmp_path / "paper-cifar10-fid" / "tables.md").read_text()
+    assert (
+        ran
+        and "| MDM-Prime (NFE 512) | published | 3.26 | 9.67 |"
+        in (tmp_path / "paper-cifar10-fid" / "tables.md").read_text()
+    )
     assert "published" in res.output

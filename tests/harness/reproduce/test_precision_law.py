@@ -21,7 +21,9 @@ def test_joint_draw_law_of_a_zipf_model_matches_the_known_entropy_drop():
     assert float(G.entropy(q64)) == pytest.approx(float(G.entropy(p)), abs=1e-8)
     assert float(q32.sum()) == pytest.approx(1.0, abs=1e-12)
     rare = p < 1e-5
-    assert float(q32[rare].sum()) < 0.8 * float(p[rare].sum())  # the rare tokens lose a quarter of their mass (0.153 -> 0.112)
+    assert float(q32[rare].sum()) < 0.8 * float(
+        p[rare].sum()
+    )  # the rare tokens lose a quarter of their mass (0.153 -> 0.112)
 
 
 def test_joint_draw_law_on_a_small_vocabulary_is_the_intended_law():
@@ -49,9 +51,8 @@ def test_joint_draw_law_rejects_bad_input():
 
 def test_prediction_record_and_table_from_a_trained_model(trained, tmp_path):
     """predict() on a tiny MDLM: rows per (T, dtype), exact law entropies, and the comparison table."""
-    from harness.audit.precision import audit_checkpoint, audit_from_record
+    from harness.audit.precision import all_masked_marginal, audit_checkpoint, audit_from_record
     from harness.evaluation import load_for_evaluation
-    from harness.audit.precision import all_masked_marginal
     from harness.reproduce.precision import PrecisionRecords, predict
     from harness.reproduce.report import drop_table, plot_precision_comparison, precision_table
     from harness.views import render
@@ -60,16 +61,33 @@ def test_prediction_record_and_table_from_a_trained_model(trained, tmp_path):
     _, model, _, cfg = load_for_evaluation(ckpt, "cpu")
     p = all_masked_marginal(model)
     assert p.dtype == torch.float64 and float(p.sum()) == pytest.approx(1.0)
-    record = predict(model, steps=[2, 8], dtypes=["float32", "float64"], seq_len=cfg.data.seq_len,
-                     mc_samples=50, seed=0)
-    assert [(r["steps"], r["dtype"]) for r in record["rows"]] == [(2, "float32"), (2, "float64"), (8, "float32"),
-                                                                 (8, "float64")]
+    record = predict(
+        model, steps=[2, 8], dtypes=["float32", "float64"], seq_len=cfg.data.seq_len, mc_samples=50, seed=0
+    )
+    assert [(r["steps"], r["dtype"]) for r in record["rows"]] == [
+        (2, "float32"),
+        (2, "float64"),
+        (8, "float32"),
+        (8, "float64"),
+    ]
     assert all(r["metrics"][k]["kind"] == "estimate" for r in record["rows"] for k in ("law_entropy", "surprisal"))
     assert math.isfinite(record["rows"][0]["metrics"]["entropy"]["value"])
-    audits = {f"m-{draw}": audit_checkpoint(ckpt, steps=[2, 8], num_samples=2, dtypes=["float32", "float64"],
-                                            method="mdlm-legacy", sampler=None, controls=draw == "joint", batch_size=2,
-                                            seed=0, entropy_base="e", draw=draw).record
-              for draw in ("joint", "two-stage")}
+    audits = {
+        f"m-{draw}": audit_checkpoint(
+            ckpt,
+            steps=[2, 8],
+            num_samples=2,
+            dtypes=["float32", "float64"],
+            method="mdlm-legacy",
+            sampler=None,
+            controls=draw == "joint",
+            batch_size=2,
+            seed=0,
+            entropy_base="e",
+            draw=draw,
+        ).record
+        for draw in ("joint", "two-stage")
+    }
     assert len(audit_from_record(audits["m-joint"]).rows) == 6
     result = PrecisionRecords(out=tmp_path, audits=audits, predictions={"m": record})
     md = render(precision_table(result, "m"), "md")
@@ -91,20 +109,38 @@ def test_drop_table_known_values():
         return {"value": value, "stderr": se, "kind": "estimate", "units": "nats"}
 
     def audit(values):
-        return {"model": {"name": "toy"}, "protocol": {}, "rows": [
-            {"protocol": {"steps": 4, "dtype": d, "control": False},
-             "metrics": {"entropy": m(e, 0.3), "surprisal": m(s, 0.4)}} for d, (e, s) in values.items()]}
+        return {
+            "model": {"name": "toy"},
+            "protocol": {},
+            "rows": [
+                {
+                    "protocol": {"steps": 4, "dtype": d, "control": False},
+                    "metrics": {"entropy": m(e, 0.3), "surprisal": m(s, 0.4)},
+                }
+                for d, (e, s) in values.items()
+            ],
+        }
 
-    result = PrecisionRecords(out=Path("."), audits={
-        "x-joint": audit({"float64": (4.0, 8.0), "float32": (3.0, 6.0)}),
-        "x-two-stage": audit({"float64": (4.0, 8.0), "float32": (4.0, 8.0)})}, predictions={"x": {"rows": [
-            {"steps": 4, "dtype": "float64", "metrics": {"surprisal": m(8.5, None)}},
-            {"steps": 4, "dtype": "float32", "metrics": {"surprisal": m(8.0, None)}}]}})
+    result = PrecisionRecords(
+        out=Path("."),
+        audits={
+            "x-joint": audit({"float64": (4.0, 8.0), "float32": (3.0, 6.0)}),
+            "x-two-stage": audit({"float64": (4.0, 8.0), "float32": (4.0, 8.0)}),
+        },
+        predictions={
+            "x": {
+                "rows": [
+                    {"steps": 4, "dtype": "float64", "metrics": {"surprisal": m(8.5, None)}},
+                    {"steps": 4, "dtype": "float32", "metrics": {"surprisal": m(8.0, None)}},
+                ]
+            }
+        },
+    )
     table = drop_table(result, "x")
     (entropy, surprisal) = table.rows
-    assert entropy[2].value == pytest.approx(1.0) and entropy[2].stderr == pytest.approx(0.3 * 2 ** 0.5)
-    assert entropy[3].text == f"{1.0 / (0.3 * 2 ** 0.5):.1f}" and entropy[5].value is None
-    assert surprisal[2].value == pytest.approx(2.0) and surprisal[3].text == f"{2.0 / (0.4 * 2 ** 0.5):.1f}"
+    assert entropy[2].value == pytest.approx(1.0) and entropy[2].stderr == pytest.approx(0.3 * 2**0.5)
+    assert entropy[3].text == f"{1.0 / (0.3 * 2**0.5):.1f}" and entropy[5].value is None
+    assert surprisal[2].value == pytest.approx(2.0) and surprisal[3].text == f"{2.0 / (0.4 * 2**0.5):.1f}"
     assert surprisal[4].value == pytest.approx(0.0) and surprisal[5].value == pytest.approx(0.5)
     assert "fp64 - fp32" in render(table, "md")
 
@@ -124,8 +160,13 @@ def test_reproduce_precision_smoke_run(tmp_path):
     text = (out / "tables.md").read_text()
     assert "the float32 drop" in text and "marginal surprisal" in text and "| 2 | surprisal |" in text
     assert sorted(p.stem for p in (out / "records").glob("*.json")) == [
-        "precision-mdlm-joint", "precision-mdlm-two-stage", "precision-prime-joint", "precision-prime-two-stage",
-        "prediction-mdlm", "prediction-prime"]
+        "precision-mdlm-joint",
+        "precision-mdlm-two-stage",
+        "precision-prime-joint",
+        "precision-prime-two-stage",
+        "prediction-mdlm",
+        "prediction-prime",
+    ]
     before = {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
@@ -141,8 +182,14 @@ def test_per_name_ints_parses_one_number_or_pairs():
     assert per_name_ints("16", names) == {"mdlm": 16, "prime": 16}
     assert per_name_ints("mdlm=48", names) == {"mdlm": 48}
     assert per_name_ints(" mdlm=48 , prime=4 ", names) == {"mdlm": 48, "prime": 4}
-    for bad, words in [("arm=3", "NAME one of mdlm, prime"), ("mdlm=0", "integer >= 1"), ("mdlm=x", "integer >= 1"),
-                       ("0", "integer >= 1"), ("", "empty"), ("4,8", "NAME=N pairs")]:
+    for bad, words in [
+        ("arm=3", "NAME one of mdlm, prime"),
+        ("mdlm=0", "integer >= 1"),
+        ("mdlm=x", "integer >= 1"),
+        ("0", "integer >= 1"),
+        ("", "empty"),
+        ("4,8", "NAME=N pairs"),
+    ]:
         with pytest.raises(click.BadParameter, match=words):
             per_name_ints(bad, names)
 
@@ -164,8 +211,13 @@ def test_reproduce_precision_samples_per_model_reach_each_audit(tmp_path, monkey
 
     calls = []
     monkeypatch.setattr(stages.Stages, "train", lambda self, name, cfg: None)
-    monkeypatch.setattr(audit_precision, "audit_checkpoint", lambda ckpt, **kw: calls.append((ckpt.name, kw)) or
-                        SimpleNamespace(record={"model": {"name": ckpt.name}, "rows": []}))
+    monkeypatch.setattr(
+        audit_precision,
+        "audit_checkpoint",
+        lambda ckpt, **kw: (
+            calls.append((ckpt.name, kw)) or SimpleNamespace(record={"model": {"name": ckpt.name}, "rows": []})
+        ),
+    )
     monkeypatch.setattr(evaluation, "load_for_evaluation", lambda *a: (None, None, None, None))
     monkeypatch.setattr(precision, "predict", lambda model, **kw: {"rows": []})
     monkeypatch.setattr(report, "write_precision_report", lambda result: None)
@@ -176,9 +228,12 @@ def test_reproduce_precision_samples_per_model_reach_each_audit(tmp_path, monkey
     assert res.exit_code == 0, res.output
     seen = {(name, kw["draw"]): (kw["num_samples"], kw["batch_size"]) for name, kw in calls}
     batch = precision.AUDIT["batch_size"]
-    assert seen == {("mdlm", "joint"): (12, batch), ("mdlm", "two-stage"): (12, batch),
-                    ("prime", "joint"): (precision.SAMPLES["prime"], batch),
-                    ("prime", "two-stage"): (precision.SAMPLES["prime"], batch)}
+    assert seen == {
+        ("mdlm", "joint"): (12, batch),
+        ("mdlm", "two-stage"): (12, batch),
+        ("prime", "joint"): (precision.SAMPLES["prime"], batch),
+        ("prime", "two-stage"): (precision.SAMPLES["prime"], batch),
+    }
     calls.clear()
     precision.run_precision(tmp_path / "b", samples=3)
     assert {kw["num_samples"] for _, kw in calls} == {3} and {kw["batch_size"] for _, kw in calls} == {3}

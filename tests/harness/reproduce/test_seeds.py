@@ -4,8 +4,15 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.reproduce.seeds import (base_name, differences, seed_difference_table, seed_name, seed_overrides,
-                                     seed_table, summarise)
+from harness.reproduce.seeds import (
+    base_name,
+    differences,
+    seed_difference_table,
+    seed_name,
+    seed_overrides,
+    seed_table,
+    summarise,
+)
 from harness.views import render
 
 
@@ -13,9 +20,12 @@ def _ppl(folder, seed, bound, se, joint=None, ref=6.0):
     metrics = {"nll": {"value": bound, "stderr": se, "kind": "bound"}}
     if joint is not None:
         metrics["nll_token_joint"] = {"value": joint, "stderr": se, "kind": "paper-objective"}
-    return {"evaluation": "ppl", "model": {"name": "small", "checkpoint": f"runs/small/{folder}",
-                                           "config": {"seed": seed}},
-            "metrics": metrics, "references": {"unigram": {"nll": {"value": ref, "kind": "exact"}}}}
+    return {
+        "evaluation": "ppl",
+        "model": {"name": "small", "checkpoint": f"runs/small/{folder}", "config": {"seed": seed}},
+        "metrics": metrics,
+        "references": {"unigram": {"nll": {"value": ref, "kind": "exact"}}},
+    }
 
 
 def test_seed_zero_keeps_the_preset_name_and_config():
@@ -27,8 +37,12 @@ def test_seed_zero_keeps_the_preset_name_and_config():
 
 
 def test_summary_by_hand():
-    records = [_ppl("mdlm", 0, 5.0, 0.03), _ppl("mdlm-seed1", 1, 5.2, 0.04), _ppl("mdlm-seed2", 2, 5.3, 0.0),
-               _ppl("prime4", 0, 5.5, 0.02, joint=5.0)]
+    records = [
+        _ppl("mdlm", 0, 5.0, 0.03),
+        _ppl("mdlm-seed1", 1, 5.2, 0.04),
+        _ppl("mdlm-seed2", 2, 5.3, 0.0),
+        _ppl("prime4", 0, 5.5, 0.02, joint=5.0),
+    ]
     mdlm, prime = summarise(records)
     assert (mdlm.model, mdlm.seeds, prime.model, prime.n) == ("mdlm", (0, 1, 2), "prime4", 1)
     assert mdlm.mean == pytest.approx((5.0 + 5.2 + 5.3) / 3)
@@ -51,7 +65,7 @@ def test_a_difference_exceeds_the_spread_only_when_it_is_large_against_the_seeds
     near = [_ppl("masked", 0, 5.01, 0.01), _ppl("masked-seed1", 1, 5.05, 0.01)]
     far = [_ppl("prime4", 0, 5.50, 0.01), _ppl("prime4-seed1", 1, 5.54, 0.01)]
     d_near, d_far, d_between = differences(summarise(a + near + far))
-    se = math.sqrt(0.02 ** 2 / 2 / 2 + 0.04 ** 2 / 2 / 2)  # s^2 = (range^2 / 2) for two seeds
+    se = math.sqrt(0.02**2 / 2 / 2 + 0.04**2 / 2 / 2)  # s^2 = (range^2 / 2) for two seeds
     assert d_near.stderr == pytest.approx(se) and d_near.exceeds_spread is False
     assert d_far.value == pytest.approx(5.01 - 5.52) and d_far.exceeds_spread is True
     single = differences(summarise([_ppl("mdlm", 0, 5.0, 0.1), _ppl("prime4", 0, 6.0, 0.1)]))
@@ -59,8 +73,12 @@ def test_a_difference_exceeds_the_spread_only_when_it_is_large_against_the_seeds
 
 
 def test_seed_tables_render_means_spreads_and_verdicts():
-    records = [_ppl("mdlm", 0, 5.0, 0.01), _ppl("mdlm-seed1", 1, 5.02, 0.01),
-               _ppl("prime4", 0, 5.5, 0.01, joint=5.1), _ppl("prime4-seed1", 1, 5.54, 0.01, joint=5.12)]
+    records = [
+        _ppl("mdlm", 0, 5.0, 0.01),
+        _ppl("mdlm-seed1", 1, 5.02, 0.01),
+        _ppl("prime4", 0, 5.5, 0.01, joint=5.1),
+        _ppl("prime4-seed1", 1, 5.54, 0.01, joint=5.12),
+    ]
     text = render(seed_table(records), "md")
     assert "<=5.0100 ± 0.0100" in text and "5.1100† ± 0.0100" in text and "5.0000 .. 5.0200" in text
     assert "0.9900" in text  # the unigram reference 6.0 minus the mean 5.01

@@ -22,10 +22,18 @@ def test_gap_table_states_objective_below_bound_with_a_conservative_stderr():
 
 
 def test_idle_table_measures_isr_from_nfe_of_cached_ancestral_samples():
-    rec = {"evaluation": "genppl", "model": {"name": "m"}, "metrics": {"nfe": {"value": 80.0, "stderr": 1.0}},
-           "protocol": {"sampler": "ancestral", "cache": True, "steps": 128, "seq_len": 128, "ell": 1}}
-    arm = {"evaluation": "genppl", "model": {"name": "a"}, "metrics": {"nfe": {"value": 127.0}},
-           "protocol": {"sampler": "autoregressive", "cache": False, "steps": None, "seq_len": 128}}
+    rec = {
+        "evaluation": "genppl",
+        "model": {"name": "m"},
+        "metrics": {"nfe": {"value": 80.0, "stderr": 1.0}},
+        "protocol": {"sampler": "ancestral", "cache": True, "steps": 128, "seq_len": 128, "ell": 1},
+    }
+    arm = {
+        "evaluation": "genppl",
+        "model": {"name": "a"},
+        "metrics": {"nfe": {"value": 127.0}},
+        "protocol": {"sampler": "autoregressive", "cache": False, "steps": None, "seq_len": 128},
+    }
     table = idle_table([rec, arm])
     assert len(table.rows) == 1
     row = table.rows[0]
@@ -36,16 +44,40 @@ def test_small_configs_share_backbone_tokenizer_and_budget():
     from harness.config import load_config
 
     cfgs = [load_config(f"small/{m}") for m in ("arm", "mdlm", "masked", "prime2", "prime4")]
-    assert len({(c.model.d_model, c.model.n_layers, c.data.tokenizer, c.data.seq_len, c.train.steps, c.train.batch_size)
-                for c in cfgs}) == 1
+    assert (
+        len(
+            {
+                (c.model.d_model, c.model.n_layers, c.data.tokenizer, c.data.seq_len, c.train.steps, c.train.batch_size)
+                for c in cfgs
+            }
+        )
+        == 1
+    )
     assert [getattr(c.model, "ell", None) for c in cfgs][3:] == [2, 4]
 
 
 @pytest.mark.slow
 def test_small_smoke_run(trained, tmp_path):
     out = tmp_path / "small"
-    res = CliRunner().invoke(main, ["reproduce", "small", "--out", str(out), "--steps", "1", "--max-rows", "2",
-                                    "--samples", "2", "--judge", f"arm:{trained('arm')}", "--seeds", "2"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "reproduce",
+            "small",
+            "--out",
+            str(out),
+            "--steps",
+            "1",
+            "--max-rows",
+            "2",
+            "--samples",
+            "2",
+            "--judge",
+            f"arm:{trained('arm')}",
+            "--seeds",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     tables = (out / "tables.md").read_text()
     assert "paper objective against the valid bound" in tables and "Perplexity over training seeds" in tables

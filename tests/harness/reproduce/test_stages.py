@@ -16,6 +16,7 @@ def test_record_stage_skips_when_done_and_redoes_on_a_new_config_or_force(tmp_pa
         def run():
             calls.append(value)
             return {"evaluation": "x", "value": value}
+
         return run
 
     stages = Stages(tmp_path)
@@ -50,8 +51,8 @@ def test_a_failing_stage_leaves_no_record_and_no_done_manifest(tmp_path):
 
 
 def test_train_stage_skips_resumes_and_discards(tmp_path, monkeypatch):
-    from harness.config import load_config
     import harness.training as training
+    from harness.config import load_config
 
     seen = []
 

@@ -148,8 +148,9 @@ def test_apply_temperature():
 
 @pytest.mark.parametrize("dtype, bits", [(torch.float32, 24), (torch.float64, 53)])
 def test_uniforms_lie_on_the_grid_zheng_analyses(dtype, bits):
-    u = categorical._draw_uniform(torch.Size([1_000_000]), dtype=dtype, device=torch.device("cpu"),
-                                  generator=torch.Generator().manual_seed(0))
+    u = categorical._draw_uniform(
+        torch.Size([1_000_000]), dtype=dtype, device=torch.device("cpu"), generator=torch.Generator().manual_seed(0)
+    )
     scaled = u.double() * 2.0**bits
     assert torch.equal(scaled, scaled.round())  # multiples of 2^-bits ...
     assert float(u.max()) <= 1 - 2.0**-bits  # ... the largest being 1 - 2^-bits, so G <= M
@@ -190,8 +191,9 @@ def test_coarse_grid_audit_matches_grid_model_not_prop52(method, dtype, monkeypa
     flat = torch.full((4,), 0.25, dtype=torch.float64)
     q = mdlm_step_distribution(flat, step=1, steps=256)  # stay masked 255/256, each token ~2^-10
     draws = 500_000
-    freq = empirical_frequencies(q, method=method, dtype=dtype, draws=draws,
-                                 generator=torch.Generator().manual_seed(17))
+    freq = empirical_frequencies(
+        q, method=method, dtype=dtype, draws=draws, generator=torch.Generator().manual_seed(17)
+    )
     unmasked = float(freq[:4].sum()) * draws
     intended = float(q[:4].sum()) * draws
     grid = float(grid_gumbel_probs(q, bits=bits)[:4].sum()) * draws
@@ -212,8 +214,14 @@ def test_real_float32_draw_is_distorted_as_the_grid_model_says(method):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     V, T, draws = 64, 2**18, 80_000_000
     q = mdlm_step_distribution(torch.full((V,), 1.0 / V, dtype=torch.float64), step=1, steps=T).to(device)
-    freq = empirical_frequencies(q, method=method, dtype="fp32", draws=draws, chunk_elements=1 << 24,
-                                 generator=torch.Generator(device).manual_seed(2024))
+    freq = empirical_frequencies(
+        q,
+        method=method,
+        dtype="fp32",
+        draws=draws,
+        chunk_elements=1 << 24,
+        generator=torch.Generator(device).manual_seed(2024),
+    )
     unmasked = float(freq[:V].sum()) * draws
     intended = float(q[:V].sum()) * draws
     grid = float(grid_gumbel_probs(q.cpu(), "fp32")[:V].sum()) * draws
@@ -226,7 +234,9 @@ def test_real_float32_draw_is_distorted_as_the_grid_model_says(method):
 def test_nucleus_below_rule_known_answers_and_reference_formula():
     probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]], dtype=torch.float64)
     # p = .7: the class that crosses (.3) is kept by "cross", cut by "below"
-    assert torch.allclose(nucleus_filter(probs, 0.7, "cross")[0], torch.tensor([0, 0.625, 0, 0.375], dtype=torch.float64))
+    assert torch.allclose(
+        nucleus_filter(probs, 0.7, "cross")[0], torch.tensor([0, 0.625, 0, 0.375], dtype=torch.float64)
+    )
     assert torch.allclose(nucleus_filter(probs, 0.7, "below")[0], torch.tensor([0, 1.0, 0, 0], dtype=torch.float64))
     # p below the top class: both keep the top class only
     assert torch.equal(nucleus_filter(probs, 0.2, "below"), nucleus_filter(probs, 0.2, "cross"))

@@ -10,24 +10,19 @@ from collections import defaultdict
 
 import pytest
 import torch
-
-from tests.toys import tiny
 from scipy import stats
 
 from harness.audit.idle import idle_step_ratio
 from harness.errors import PrimebenchError
-from harness.models import build_model
 from harness.sampling import SAMPLERS, generate, sampler_for
 from harness.sampling.ancestral import time_grid
 from harness.sampling.maskgit import decode_counts
 from harness.sampling.units import UnitModel
 from prime.bounds import exact_nll
 from prime.subtokens import consistent
-
+from tests.toys import tiny
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
 
 
 def chi2_pvalue(tokens: torch.Tensor, probs: dict[tuple, float]) -> float:
@@ -82,7 +77,7 @@ def exact_ancestral_distribution(model, steps: int) -> dict[tuple, float]:
         for s_idx, state in enumerate(states):
             per_token = []
             for i in range(L):
-                cur = state[i * ell:(i + 1) * ell]
+                cur = state[i * ell : (i + 1) * ell]
                 out = defaultdict(float)
                 if mask not in cur:
                     out[cur] = 1.0
@@ -249,8 +244,18 @@ def test_mdlm_legacy_float32_reproduces_mdlm_reference_update(monkeypatch):
         return u
 
     monkeypatch.setattr(categorical, "_draw_uniform", replay)
-    out = generate(model, "ancestral", num_samples=N, batch_size=N, steps=T, dtype="float32",
-                   method="mdlm-legacy", cache=False, generator=10, draw="joint")
+    out = generate(
+        model,
+        "ancestral",
+        num_samples=N,
+        batch_size=N,
+        steps=T,
+        dtype="float32",
+        method="mdlm-legacy",
+        cache=False,
+        generator=10,
+        draw="joint",
+    )
     assert torch.equal(out.tokens, x) and not used
 
 
@@ -273,8 +278,8 @@ def test_float32_joint_draw_truncates_and_the_two_stage_draw_does_not():
     rare = ranks > 1000
     assert float(p[rare].sum()) > 0.3
     assert float(tokens_joint[rare].sum()) < 0.5 * float(p[rare].sum())  # truncated: rare tokens lose mass
-    assert abs(float(tokens_two_stage[rare].sum()) - float(p[rare].sum())) < C * 2.0 ** -24
-    assert float((tokens_two_stage - p).abs().max()) <= 2.0 ** -24 * 1.01
+    assert abs(float(tokens_two_stage[rare].sum()) - float(p[rare].sum())) < C * 2.0**-24
+    assert float((tokens_two_stage - p).abs().max()) <= 2.0**-24 * 1.01
     assert float(joint[:-1].sum()) < 0.9 * float(reveal)  # the joint draw also reveals too rarely
 
 
@@ -339,10 +344,27 @@ def test_same_seed_same_samples_and_dtypes():
 
 def test_protocol_records_every_setting():
     model = tiny("prime", C=7, L=4, ell=2)
-    out = generate(model, num_samples=3, steps=4, temperature=0.9, nucleus_p=0.95, dtype="float32",
-                   method="race", noise_removal="sample", generator=0)
-    for key, value in dict(sampler="ancestral", steps=4, dtype="float32", method="race", temperature=0.9,
-                           nucleus_p=0.95, noise_removal="sample", cache=True).items():
+    out = generate(
+        model,
+        num_samples=3,
+        steps=4,
+        temperature=0.9,
+        nucleus_p=0.95,
+        dtype="float32",
+        method="race",
+        noise_removal="sample",
+        generator=0,
+    )
+    for key, value in dict(
+        sampler="ancestral",
+        steps=4,
+        dtype="float32",
+        method="race",
+        temperature=0.9,
+        nucleus_p=0.95,
+        noise_removal="sample",
+        cache=True,
+    ).items():
         assert out.protocol[key] == value, key
     assert out.protocol["nucleus_rule"] == "cross"
     below = generate(model, num_samples=3, steps=4, nucleus_p=0.5, nucleus_rule="below", generator=0)

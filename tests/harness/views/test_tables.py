@@ -26,23 +26,39 @@ def _packing(**kw):
 
 
 def _ppl(name, family, *, nll=3.0, se=0.1, kind="bound", joint=None, dataset="wiki-embedded", packing=None, **protocol):
-    metrics = {"nll": Metric(nll, se, kind, "nats/token"), "ppl": Metric(2.718281828 ** nll, se, kind, "perplexity")}
+    metrics = {"nll": Metric(nll, se, kind, "nats/token"), "ppl": Metric(2.718281828**nll, se, kind, "perplexity")}
     if joint is not None:
         metrics["nll_token_joint"] = Metric(joint, 0.05, "paper-objective", "nats/token")
-        metrics["ppl_token_joint"] = Metric(2.718281828 ** joint, 0.5, "paper-objective", "perplexity")
-    proto = {"dataset": dataset, "data": f"{dataset}:validation", "split": "validation",
-             "packing": packing or _packing(),
-             "tokenizer": "bytes", "seq_len": 64, "tokens_scored": 640.0, "mc_samples": None if family == "arm" else 4,
-             "token_convention": "L-1 targets" if family == "arm" else "all L", **protocol}
+        metrics["ppl_token_joint"] = Metric(2.718281828**joint, 0.5, "paper-objective", "perplexity")
+    proto = {
+        "dataset": dataset,
+        "data": f"{dataset}:validation",
+        "split": "validation",
+        "packing": packing or _packing(),
+        "tokenizer": "bytes",
+        "seq_len": 64,
+        "tokens_scored": 640.0,
+        "mc_samples": None if family == "arm" else 4,
+        "token_convention": "L-1 targets" if family == "arm" else "all L",
+        **protocol,
+    }
     if family == "prime":
         proto.update(ell=2, base=17, carry_over=True)
-    return make_record("ppl", model={"name": name, "family": family, "checkpoint": f"/ckpt/{name}"}, metrics=metrics,
-                       protocol=proto, seed=0)
+    return make_record(
+        "ppl",
+        model={"name": name, "family": family, "checkpoint": f"/ckpt/{name}"},
+        metrics=metrics,
+        protocol=proto,
+        seed=0,
+    )
 
 
 def _three():
-    return [_ppl("ar", "arm", nll=3.2, se=0.0, kind="exact"), _ppl("md", "mdlm", nll=3.5, se=None),
-            _ppl("pr", "prime", nll=3.4, joint=3.1)]
+    return [
+        _ppl("ar", "arm", nll=3.2, se=0.0, kind="exact"),
+        _ppl("md", "mdlm", nll=3.5, se=None),
+        _ppl("pr", "prime", nll=3.4, joint=3.1),
+    ]
 
 
 def test_marks_for_exact_bound_and_paper_objective():
@@ -52,9 +68,9 @@ def test_marks_for_exact_bound_and_paper_objective():
     cols = [c.key for c in table.columns]
     ppl = cols.index("ppl")
     assert rows["ar"][ppl].kind == "exact"
-    assert f"| {2.718281828 ** 3.2:.2f} |" in md  # exact: plain number, no ± for an exact number
-    assert f"<={2.718281828 ** 3.4:.2f} ± 0.10" in md  # bound
-    assert f"{2.718281828 ** 3.1:.2f}† ± 0.50" in md  # paper objective, in its own column
+    assert f"| {2.718281828**3.2:.2f} |" in md  # exact: plain number, no ± for an exact number
+    assert f"<={2.718281828**3.4:.2f} ± 0.10" in md  # bound
+    assert f"{2.718281828**3.1:.2f}† ± 0.50" in md  # paper objective, in its own column
     assert any(c.title.startswith("PPL, paper objective") and c.mark == "paper-objective" for c in table.columns)
     assert "† paper objective, not a bound" in md
     assert "<= upper bound" in md
@@ -68,18 +84,23 @@ def test_stderr_formatting_and_na():
 
 
 def test_estimates_marked_with_tilde():
-    rec = make_record("genppl", model={"name": "m", "family": "mdlm"}, seed=0,
-                      metrics={"gen_ppl": Metric(40.0, 2.0, "estimate", "perplexity under judge"),
-                               "entropy_model": Metric(5.5, 0.01, "estimate", "nats per sample, model ids")},
-                      protocol={"sampler": "ancestral", "steps": 64, "dtype": "float64", "judge": "smollm2"})
+    rec = make_record(
+        "genppl",
+        model={"name": "m", "family": "mdlm"},
+        seed=0,
+        metrics={
+            "gen_ppl": Metric(40.0, 2.0, "estimate", "perplexity under judge"),
+            "entropy_model": Metric(5.5, 0.01, "estimate", "nats per sample, model ids"),
+        },
+        protocol={"sampler": "ancestral", "steps": 64, "dtype": "float64", "judge": "smollm2"},
+    )
     text = render(build_table([rec], "genppl"), "rich")
     assert "~40.00 ± 2.00" in text and "~5.5000 ± 0.0100" in text
     assert "judge smollm2" in text  # a protocol value shared by every row goes into the title
 
 
 def test_protocol_difference_is_flagged_with_key_and_values():
-    recs = [_ppl("a", "mdlm"), _ppl("b", "mdlm", packing=_packing(eos_between_docs=False)),
-            _ppl("c", "mdlm")]
+    recs = [_ppl("a", "mdlm"), _ppl("b", "mdlm", packing=_packing(eos_between_docs=False)), _ppl("c", "mdlm")]
     table = build_table(recs, "ppl")
     notes = [n.text for n in table.footnotes]
     diff = [n for n in notes if n.startswith("rows differ in")]
@@ -102,15 +123,17 @@ def test_model_specific_and_family_keys_not_flagged_across_families():
 
 
 def test_zeroshot_pivot():
-    recs = [_ppl("ar", "arm", nll=3.0, se=0.0, kind="exact", dataset="ptb"),
-            _ppl("ar", "arm", nll=2.0, se=0.0, kind="exact", dataset="lambada"),
-            _ppl("pr", "prime", nll=2.5, joint=2.2, dataset="ptb")]
+    recs = [
+        _ppl("ar", "arm", nll=3.0, se=0.0, kind="exact", dataset="ptb"),
+        _ppl("ar", "arm", nll=2.0, se=0.0, kind="exact", dataset="lambada"),
+        _ppl("pr", "prime", nll=2.5, joint=2.2, dataset="ptb"),
+    ]
     table = build_table(recs, "zeroshot")
     assert [c.key for c in table.columns] == ["model", "family", "lambada", "ptb"]  # paper order
     labels = [r[0].text for r in table.rows]
     assert labels == ["ar", "pr", "pr, paper objective"]
     ar, pr, pr_paper = table.rows
-    assert ar[2].value == pytest.approx(2.718281828 ** 2.0) and ar[3].value == pytest.approx(2.718281828 ** 3.0)
+    assert ar[2].value == pytest.approx(2.718281828**2.0) and ar[3].value == pytest.approx(2.718281828**3.0)
     assert pr[2].value is None and pr[3].kind == "bound"  # no lambada record for pr
     assert pr_paper[3].kind == "paper-objective"
     with pytest.raises(PrimebenchError, match="two records for model 'ar' on dataset 'ptb'"):
@@ -118,8 +141,11 @@ def test_zeroshot_pivot():
 
 
 def test_zeroshot_flags_differences_within_a_dataset_column():
-    recs = [_ppl("a", "mdlm", dataset="ptb"), _ppl("b", "mdlm", dataset="ptb", packing=_packing(remainder="pad")),
-            _ppl("a", "mdlm", dataset="lambada", seq_len=1024)]  # lambada vs ptb settings are not compared
+    recs = [
+        _ppl("a", "mdlm", dataset="ptb"),
+        _ppl("b", "mdlm", dataset="ptb", packing=_packing(remainder="pad")),
+        _ppl("a", "mdlm", dataset="lambada", seq_len=1024),
+    ]  # lambada vs ptb settings are not compared
     table = build_table(recs, "zeroshot")
     diff = [n for n in table.footnotes if n.key]
     assert [n.key for n in diff] == ["ptb:packing.remainder"]
@@ -127,14 +153,29 @@ def test_zeroshot_flags_differences_within_a_dataset_column():
 
 
 def test_generic_layout_renders_unknown_metrics_and_axes():
-    recs = [make_record("precision", model={"name": "m", "family": "mdlm"}, seed=0,
-                        metrics={"entropy": Metric(5.0 - 0.1 * i, 0.02, "estimate", "nats"),
-                                 "brand_new_metric": Metric(1.0, None, "exact", "widgets")},
-                        protocol={"sampler": "ancestral", "steps": steps, "dtype": dtype, "method": "mdlm-legacy"})
-            for i, (steps, dtype) in enumerate([(256, "float64"), (64, "float32"), (64, "float64")])]
+    recs = [
+        make_record(
+            "precision",
+            model={"name": "m", "family": "mdlm"},
+            seed=0,
+            metrics={
+                "entropy": Metric(5.0 - 0.1 * i, 0.02, "estimate", "nats"),
+                "brand_new_metric": Metric(1.0, None, "exact", "widgets"),
+            },
+            protocol={"sampler": "ancestral", "steps": steps, "dtype": dtype, "method": "mdlm-legacy"},
+        )
+        for i, (steps, dtype) in enumerate([(256, "float64"), (64, "float32"), (64, "float64")])
+    ]
     table = build_table(recs, "precision")
-    assert [c.key for c in table.columns] == ["model", "family", "sampler", "steps", "dtype", "entropy",
-                                              "brand_new_metric"]
+    assert [c.key for c in table.columns] == [
+        "model",
+        "family",
+        "sampler",
+        "steps",
+        "dtype",
+        "entropy",
+        "brand_new_metric",
+    ]
     assert [(r[3].text, r[4].text) for r in table.rows] == [("64", "float32"), ("64", "float64"), ("256", "float64")]
     assert not [n for n in table.footnotes if n.key]  # steps and dtype are the table's axes, not differences
     assert "method mdlm-legacy" in table.title
@@ -155,13 +196,22 @@ def test_formats():
     rows = list(csv.DictReader(io.StringIO(text)))
     assert len(rows) == 4 and "<=" not in text and "±" not in text and "†" not in text
     pr = next(r for r in rows if r["model"] == "pr")
-    assert float(pr["ppl"]) == pytest.approx(2.718281828 ** 3.4) and pr["ppl_kind"] == "bound"
+    assert float(pr["ppl"]) == pytest.approx(2.718281828**3.4) and pr["ppl_kind"] == "bound"
     assert pr["ppl_token_joint_kind"] == "paper-objective" and float(pr["nll_stderr"]) == pytest.approx(0.1)
     assert next(r for r in rows if r["model"] == "md")["nll_stderr"] == ""  # null stderr: empty, not 0
     assert next(r for r in rows if r["model"] == "md2")["protocol_differs"] == "packing.eos_between_docs"
     latex = render(table, "latex")
-    for piece in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"$\le$", r"$^{\dagger}$",
-                  r"packing.eos\_between\_docs", r"$\pm$", r"$^{\ddagger a}$"):
+    for piece in (
+        r"\toprule",
+        r"\midrule",
+        r"\bottomrule",
+        r"\begin{tabular}",
+        r"$\le$",
+        r"$^{\dagger}$",
+        r"packing.eos\_between\_docs",
+        r"$\pm$",
+        r"$^{\ddagger a}$",
+    ):
         assert piece in latex
     assert "_" not in latex.replace(r"\_", "")
     md = render(table, "md")
@@ -224,11 +274,21 @@ def test_family_column_and_order_come_from_the_record():
     recs[1]["model"].update(label="arm", order=0)
     recs[2]["model"].update(label="a new family (K=7)", order=1)
     table = build_table(recs, "ppl")
-    assert [(r[0].text, r[1].text) for r in table.rows] == [("b", "arm"), ("c", "a new family (K=7)"),
-                                                           ("a", "prime, ell=2")]
-    gen = [make_record("genppl", model={"name": n, "family": f, "label": f"{f}!", "order": o}, seed=0,
-                       metrics={"gen_ppl": Metric(40.0, 2.0, "estimate", "perplexity under judge")},
-                       protocol={"sampler": "ancestral", "steps": 64}) for n, f, o in (("z", "mdlm", 0), ("y", "arm", 1))]
+    assert [(r[0].text, r[1].text) for r in table.rows] == [
+        ("b", "arm"),
+        ("c", "a new family (K=7)"),
+        ("a", "prime, ell=2"),
+    ]
+    gen = [
+        make_record(
+            "genppl",
+            model={"name": n, "family": f, "label": f"{f}!", "order": o},
+            seed=0,
+            metrics={"gen_ppl": Metric(40.0, 2.0, "estimate", "perplexity under judge")},
+            protocol={"sampler": "ancestral", "steps": 64},
+        )
+        for n, f, o in (("z", "mdlm", 0), ("y", "arm", 1))
+    ]
     assert [(r[0].text, r[1].text) for r in build_table(gen, "genppl").rows] == [("z", "mdlm!"), ("y", "arm!")]
 
 
@@ -258,4 +318,8 @@ def test_cli_table_skips_a_bad_file_with_a_warning_and_renders_the_rest(tmp_path
     only_bad.mkdir()
     (only_bad / "broken.json").write_text("{nope")
     res = CliRunner().invoke(main, ["table", str(only_bad)])
-    assert res.exit_code == 2 and "none of the 1 JSON file is a readable record" in res.output and "Traceback" not in res.output
+    assert (
+        res.exit_code == 2
+        and "none of the 1 JSON file is a readable record" in res.output
+        and "Traceback" not in res.output
+    )
