@@ -25,6 +25,8 @@ quickstart: $(STAMP)
 	$(BIN)/primebench reproduce quickstart
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 clean-venv:

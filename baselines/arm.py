@@ -12,12 +12,15 @@ are scored, so -log p(x) is exact over every dimension. ``log_probs`` then prepe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 import torch.nn.functional as F
 
 from harness.backbone import Backbone, BackboneConfig
+from harness.diffusion import Generators
 from harness.errors import ConfigError
 from harness.models import MODELS
 from harness.models.base import Estimator, ModelConfig, ModelFamily
@@ -162,26 +165,62 @@ class ARM(ModelFamily):
         nll, weight, _, _ = self._target_nll(x0, attention_mask)
         return nll.sum() / weight.sum().clamp_min(1)
 
+    @overload
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        estimators: None = None,
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask: torch.Tensor | None = None,
+        corruptible: torch.Tensor | None = None,
+        time_sampler: str | None = None,
+    ) -> NLL: ...
+
+    @overload
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        estimators: Sequence[str],
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask: torch.Tensor | None = None,
+        corruptible: torch.Tensor | None = None,
+        time_sampler: str | None = None,
+    ) -> list[NLL]: ...
+
     @torch.no_grad()
     def nll(
         self,
         x0: torch.Tensor,
         *,
+        estimators: Sequence[str] | None = None,
         num_samples: int = 1,
-        generator=None,
-        attention_mask=None,
+        generator: Generators = None,
+        attention_mask: torch.Tensor | None = None,
         corruptible: torch.Tensor | None = None,
-        estimator: str | None = None,
         time_sampler: str | None = None,
-    ) -> NLL:
-        """Exact NLL per sequence in nats over the scored targets (the L - 1 shifted ones, all L
-        with a start token, only ``corruptible`` ones if given); ``num_samples`` is ignored."""
-        self.estimator(estimator)
-        nll, weight, _, _ = self._target_nll(x0, attention_mask, corruptible)
+    ) -> NLL | list[NLL]:
+        """Exact NLL per sequence of ``x0`` (B, L): nats (B,) over the scored targets (the L - 1
+        shifted ones, all L with a start token, only ``corruptible`` (B, L) ones if given).
+
+        ``estimators``: a list of names (only ``exact``), one NLL each; None: one NLL.
+        ``num_samples``, ``generator`` and ``time_sampler`` do not apply and are ignored."""
+        names = [None] if estimators is None else list(estimators)
+        for name in names:
+            self.estimator(name)
+        out = self._exact(x0, attention_mask, corruptible, None)[0]
+        return out if estimators is None else [out for _ in names]
+
+    def _exact(self, x0: torch.Tensor, attention_mask, corruptible, max_len: int | None):
+        """The exact :class:`NLL` of ``x0`` (B, L) and, for the greedy check, the logits (B, T, C), the
+        targets (B, T) and their weights (B, T) (1 where scored)."""
+        nll, weight, logits, targets = self._target_nll(x0, attention_mask, corruptible, max_len)
         nats = nll.double().sum(-1)
-        return NLL(
-            nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1
-        )
+        out = NLL(nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1)
+        return out, logits, targets, weight
 
     @torch.no_grad()
     def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
@@ -192,13 +231,19 @@ class ARM(ModelFamily):
 
     @torch.no_grad()
     def score(
-        self, x0: torch.Tensor, *, corruptible: torch.Tensor, attention_mask=None, greedy: bool = False, **nll_kwargs
+        self,
+        x0: torch.Tensor,
+        *,
+        corruptible: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        greedy: bool = False,
+        num_samples: int = 1,
+        generator: Generators = None,
+        time_sampler: str | None = None,
     ) -> tuple[NLL, torch.Tensor | None]:
-        """The exact NLL and the greedy check from one forward pass; rows may hold ``row_capacity`` tokens."""
-        self.estimator(nll_kwargs.get("estimator"))
-        nll, weight, logits, targets = self._target_nll(x0, attention_mask, corruptible, self.row_capacity)
-        nats = nll.double().sum(-1)
-        out = NLL(nats=nats, tokens=weight.double().sum(-1), kind="exact", stderr=torch.zeros_like(nats), num_samples=1)
+        """The exact NLL and the greedy check (B,) from one forward pass; rows ``x0`` (B, L) may hold
+        ``row_capacity`` tokens. ``num_samples``, ``generator`` and ``time_sampler`` are ignored."""
+        out, logits, targets, weight = self._exact(x0, attention_mask, corruptible, self.row_capacity)
         return out, (((logits.argmax(-1) == targets) | (weight == 0)).all(-1) if greedy else None)
 
 

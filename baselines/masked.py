@@ -21,7 +21,7 @@ class MaskedModel(MDLM):
     config_class = MaskedDiffusionConfig  # no time input, so no time_conditioning / cond_dim keys
     table_order = 2
     train_sampler = "n"
-    default_nll_sampler = "n"
+    default_time_sampler = "n"
 
 
 MODELS.register("masked", MaskedModel)

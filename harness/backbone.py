@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.errors import InputError
+
 
 @dataclass(frozen=True)
 class BackboneConfig:
@@ -94,7 +96,7 @@ class NeighbourMixer(nn.Module):
     def __init__(self, d_model: int, width: int, causal: bool):
         super().__init__()
         if width < 1:
-            raise ValueError(f"mixer width must be >= 1, got {width}")
+            raise InputError(f"mixer width must be >= 1, got {width}")
         self.width, self.causal = width, causal
         self.conv = nn.Conv1d(d_model, d_model, width, groups=d_model, bias=False)
 
@@ -206,7 +208,7 @@ class Backbone(nn.Module):
     def __init__(self, cfg: BackboneConfig, embedding: nn.Module | None = None, positions: nn.Module | None = None):
         super().__init__()
         if cfg.d_model % cfg.n_heads:
-            raise ValueError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
+            raise InputError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
         self.cfg = cfg
         self.embedding = embedding if embedding is not None else TokenEmbedding(cfg.vocab_in, cfg.d_model)
         self.positions = positions
@@ -223,7 +225,7 @@ class Backbone(nn.Module):
             )
         elif cfg.mixer_width:
             if cfg.mixer_placement != "input":
-                raise ValueError(f"mixer_placement must be 'input' or 'blocks', got {cfg.mixer_placement!r}")
+                raise InputError(f"mixer_placement must be 'input' or 'blocks', got {cfg.mixer_placement!r}")
             self.mixer = NeighbourMixer(cfg.d_model, cfg.mixer_width, cfg.causal)
 
     def forward(
@@ -235,13 +237,13 @@ class Backbone(nn.Module):
         h = self.drop(h)
         B, L, _ = h.shape
         if L > self.cfg.seq_len:
-            raise ValueError(f"sequence length {L} exceeds the backbone's seq_len={self.cfg.seq_len}")
+            raise InputError(f"sequence length {L} exceeds the backbone's seq_len={self.cfg.seq_len}")
         if self.mixer is not None:
             h = self.mixer(h, attention_mask)
         c = None
         if self.time_embedding is not None:
             if t is None:
-                raise ValueError("this backbone is time-conditioned: pass t (B,)")
+                raise InputError("this backbone is time-conditioned: pass t (B,)")
             c = F.silu(self.time_embedding(t.to(h.device).expand(B) if t.dim() == 0 else t))
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):  # no padding: SDPA's unmasked path

@@ -20,9 +20,11 @@ depend on the batch it is scored in or on the padding of that batch (the lm-eval
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+
+from harness.errors import InputError
 
 EPS = 1e-3  # MDLM's sampling_eps: t is drawn in [eps, 1]
 
@@ -34,6 +36,9 @@ TIME_SAMPLERS = {
 
 Generators = torch.Generator | Sequence[torch.Generator] | None
 
+#: ``terms(z_t, t, masked)`` of :func:`monte_carlo_nelbo`: E tensors (B, L) of nats per token, one per estimator
+Terms = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], Sequence[torch.Tensor]]
+
 
 def _per_row(generator: Generators) -> bool:
     return isinstance(generator, (list, tuple))
@@ -41,7 +46,7 @@ def _per_row(generator: Generators) -> bool:
 
 def check_time_sampler(sampler: str) -> str:
     if sampler not in TIME_SAMPLERS:
-        raise ValueError(f"unknown time sampler {sampler!r}: use 't' (MDLM) or 'n' (mask count)")
+        raise InputError(f"unknown time sampler {sampler!r}", fix="use 't' (MDLM) or 'n' (mask count)")
     return sampler
 
 
@@ -129,7 +134,10 @@ def corrupt(
         weight = schedule.weight(t)
     elif sampler == "n":
         if time_conditioning:
-            raise ValueError("the mask-count estimator needs a time-independent network; use time_sampler='t'")
+            raise InputError(
+                "the mask-count estimator needs a time-independent network",
+                fix="use time_sampler='t' (--time-sampler t)",
+            )
         n_units = valid.reshape(valid.shape[0], -1).sum(1)
         n = counts_from_uniform(u, n_units)
         masked = mask_exact(n, valid, generator=generator)
@@ -139,28 +147,6 @@ def corrupt(
         check_time_sampler(sampler)
     z_t = torch.where(masked, torch.full_like(clean, mask_id), clean)
     return z_t, masked, weight, t
-
-
-def monte_carlo(estimate, batch: int, num_samples: int, *, generator, device) -> torch.Tensor:
-    """(B, K) float64 estimates, ``estimate(u (B,)) -> (B,)`` called once per sample; an estimate of
-    several numbers from the same draw, (B, E), gives (B, K, E).
-
-    K = 1 stratifies the single draw over the batch (MDLM's protocol); K > 1, or per-row
-    generators, stratify over the K samples of each sequence.
-    """
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-    if num_samples == 1 and not _per_row(generator):
-        u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
-    else:
-        u = stratified_uniform(batch, num_samples, generator=generator, device=device)
-    out = None
-    for k in range(num_samples):
-        value = estimate(u[:, k]).double()
-        if out is None:
-            out = torch.empty(batch, num_samples, *value.shape[1:], dtype=torch.float64, device=device)
-        out[:, k] = value
-    return out
 
 
 def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,13 +159,10 @@ def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 def monte_carlo_nelbo(
-    x0: torch.Tensor,
-    *,
     units: torch.Tensor,
     valid: torch.Tensor,
-    log_probs=None,
-    unit_terms=None,
-    terms=None,
+    terms: Terms,
+    *,
     schedule,
     mask_id: int,
     sampler: str,
@@ -187,24 +170,30 @@ def monte_carlo_nelbo(
     generator: Generators,
     time_conditioning: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Monte-Carlo NELBO per row: mean (B,) and standard error (B,) in nats (float64).
+    """The Monte-Carlo NELBO of E estimators from the same corruptions: mean and standard error per
+    row, each (B, E) float64 nats (the standard error is NaN for K = 1).
 
-    Each of the K samples corrupts ``units`` (B, L[, ell]) where ``valid`` allows, calls
-    ``log_probs(z_t, t or None) -> (B, L, C)`` and ``unit_terms(log_p, masked) -> (B, L)`` nats, and
-    weights the summed terms: E[w * sum over masked units of -log p(unit | z_t)]. The families'
-    ``nll`` and ``prime.bounds``' Monte-Carlo mode both run this. ``terms(z_t, t, masked)`` replaces
-    the pair: it returns the (B, L) terms, or a list of them (several estimators from one forward
-    pass on the same corruptions), and then mean and standard error are (B, E).
+    ``units`` (B, L) or (B, L, ell) are the clean units and ``valid`` (same shape, bool) those that
+    may be masked. Each of the K = ``num_samples`` draws corrupts every row once (:func:`corrupt`
+    with ``sampler``, ``schedule`` and ``mask_id``) and calls ``terms(z_t, t, masked)``: z_t and
+    masked have the shape of ``units``, t is (B,) float32 (None for the mask-count sampler), and it
+    returns E tensors (B, L) of nats per token, one per estimator. A draw's estimate is its weight
+    (B,) times each tensor's sum over L. K = 1 with one generator stratifies the single draw over
+    the batch (MDLM's protocol); K > 1, or per-row generators, stratify over the K draws of each
+    row. The families' ``nll`` and ``prime.bounds``' Monte-Carlo mode both run this.
     """
-    if terms is None:
-
-        def terms(z_t, t, masked):
-            return unit_terms(log_probs(z_t, t), masked)
-
-    def estimate(u: torch.Tensor) -> torch.Tensor:
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    batch, device = units.shape[0], units.device
+    if num_samples == 1 and not _per_row(generator):
+        u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
+    else:
+        u = stratified_uniform(batch, num_samples, generator=generator, device=device)
+    estimates = None
+    for k in range(num_samples):
         z_t, masked, weight, t = corrupt(
             units,
-            u,
+            u[:, k],
             valid,
             sampler=sampler,
             schedule=schedule,
@@ -213,9 +202,8 @@ def monte_carlo_nelbo(
             time_conditioning=time_conditioning,
         )
         out = terms(z_t, None if t is None else t.float(), masked)
-        if isinstance(out, (list, tuple)):
-            return torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)
-        return weight.double() * out.sum(-1).double()
-
-    estimates = monte_carlo(estimate, x0.shape[0], num_samples, generator=generator, device=x0.device)
+        value = torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)  # (B, E)
+        if estimates is None:
+            estimates = torch.empty(batch, num_samples, value.shape[-1], dtype=torch.float64, device=device)
+        estimates[:, k] = value
     return summarize_samples(estimates)

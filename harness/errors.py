@@ -46,3 +46,8 @@ class Interrupted(PrimebenchError):
     def __init__(self, message: str, *, fix: str | None = None, exit_code: int = 130):
         super().__init__(message, fix=fix)
         self.exit_code = exit_code
+
+
+class InputError(PrimebenchError, ValueError):
+    """A value a user gave (a length, a token range, a config value, a choice) is outside what the code
+    accepts. Also a ``ValueError``, so library callers that catch ``ValueError`` keep working."""

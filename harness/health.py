@@ -10,8 +10,9 @@ evaluation the training log gets, beside the validation loss:
   positions with 15% of the tokens masked and with all of them masked, on the same rows, and their
   difference ``context_gain`` (nats/token). A network that ignores context has a gain near 0.
 
-A diffusion model still within :data:`PLATEAU_MARGIN` nats of the unigram reference at half of its
-steps gets one warning (stderr and the log line's ``warning``).
+A diffusion model whose validation loss is not yet :data:`PLATEAU_MARGIN` nats below the unigram
+reference at half of its steps (within the margin, or above the reference) gets one warning (stderr
+and the log line's ``warning``).
 """
 
 from __future__ import annotations
@@ -73,10 +74,14 @@ class Health:
             and val_loss > self.unigram_ref - PLATEAU_MARGIN
         ):
             self.warned = True
+            where = (
+                f"is within {PLATEAU_MARGIN} nats of"
+                if val_loss <= self.unigram_ref + PLATEAU_MARGIN
+                else f"is {val_loss - self.unigram_ref:.4f} nats above"
+            )
             out["warning"] = (
-                f"at step {step} the validation loss {val_loss:.4f} is within {PLATEAU_MARGIN} nats of "
-                f"the unigram reference {self.unigram_ref:.4f}: the model has not learned to use context "
-                "(see docs/training-recipe.md)"
+                f"at step {step} the validation loss {val_loss:.4f} {where} the unigram reference "
+                f"{self.unigram_ref:.4f}: the model has not learned to use context (see docs/training-recipe.md)"
             )
         return out
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from harness.errors import InputError
+
 POSITIONS = ("rope", "image")
 
 
@@ -40,7 +42,7 @@ class ImageShape:
     def parse(cls, spec: str) -> ImageShape:
         match = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", spec or "")
         if not match or 0 in tuple(int(g) for g in match.groups()):
-            raise ValueError(f"model.image_shape must look like 'HxWxC' (e.g. '8x8x1'), got {spec!r}")
+            raise InputError(f"model.image_shape must look like 'HxWxC' (e.g. '8x8x1'), got {spec!r}")
         return cls(*(int(g) for g in match.groups()))
 
 
@@ -69,7 +71,7 @@ class ImagePositions(nn.Module):
         table = self.row(self.rows) + self.col(self.cols) + self.channel(self.chans)  # (H*W*ch, D)
         table = torch.cat([table.new_zeros(self.offset, table.shape[1]), table])
         if length > table.shape[0]:
-            raise ValueError(
+            raise InputError(
                 f"sequence length {length} exceeds the {self.shape.spec()} image layout ({table.shape[0]} positions)"
             )
         return table[:length]
@@ -80,17 +82,17 @@ def build_positions(
 ) -> ImagePositions | None:
     """The additive position module a family hands its backbone (None for plain rotary)."""
     if positions not in POSITIONS:
-        raise ValueError(f"model.positions must be one of {POSITIONS}, got {positions!r}")
+        raise InputError(f"model.positions must be one of {POSITIONS}, got {positions!r}")
     if positions == "rope":
         return None
     if not image_shape:
-        raise ValueError(
+        raise InputError(
             "model.positions=image needs model.image_shape ('HxWxC'); primebench train fills it in from an "
             "image: corpus"
         )
     shape = ImageShape.parse(image_shape)
     if shape.seq_len != seq_len:
-        raise ValueError(
+        raise InputError(
             f"model.image_shape={image_shape!r} has {shape.seq_len} tokens but the sequence length is {seq_len}"
         )
     return ImagePositions(shape, d_model, offset=offset)

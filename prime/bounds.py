@@ -9,6 +9,9 @@ uses sub-token marginals. This module computes, per sequence and in nats:
 * :func:`subtoken_bound`: the valid continuous-time bound (marginals);
 * :func:`token_joint_objective`: the paper's L_vb (joints); not a bound when sub-tokens depend.
 
+The per-corruption building blocks (restricted joint, sub-token marginals, the two NLL terms) live in
+:mod:`prime.terms`, shared with the Prime family, and are re-exported here.
+
 Notation. N = L * ell sub-token "units"; unit u = i * ell + j (token i, digit j, as the official code
 flattens). A mask pattern S is the set of masked units and y_0^S is y_0 with the units of S set to
 the mask id ``base``. The denoiser maps y_t (B, L, ell) to raw logits (B, L, C) and ignores time, so
@@ -38,6 +41,16 @@ import torch
 
 from harness.errors import PrimebenchError
 from prime.subtokens import encode, mask_id, subtoken_base
+from prime.terms import (  # noqa: F401 - re-exported: the building blocks' historical home
+    carry_over_bias,
+    digit_sums,
+    fused_prime_terms,
+    restricted_log_probs,
+    restricted_padded_logits,
+    subtoken_log_marginals,
+    subtoken_nll_terms,
+    token_joint_nll_terms,
+)
 
 Denoiser = Callable[[torch.Tensor], torch.Tensor]  # y_t (B, L, ell) -> logits (B, L, C)
 
@@ -49,170 +62,6 @@ class MonteCarloEstimate(NamedTuple):
 
     value: torch.Tensor
     stderr: torch.Tensor
-
-
-# --------------------------------------------------------------------------------------------
-# Building blocks shared with the model families (real networks compute the same numbers).
-# --------------------------------------------------------------------------------------------
-
-
-def restricted_log_probs(
-    logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int, carry_over: bool = True
-) -> torch.Tensor:
-    """(B, L, C) logits, (B, L, ell) y_t -> (B, L, C) log p_theta(x^i = c | y_t), same dtype.
-
-    carry_over=True (MDM-Prime's parameterization): logits outside V(y_t^i) are set to -inf before
-    log_softmax, so unmasked sub-tokens are copied and invalid codes get nothing; a token with all
-    sub-tokens unmasked has log-prob exactly 0 on its code. carry_over=False: plain log_softmax over
-    all C classes (the paper's ablation).
-    """
-    if logits.shape[-1] != C or logits.shape[:-1] != y_t.shape[:-1]:
-        raise PrimebenchError(
-            f"logits {tuple(logits.shape)} and y_t {tuple(y_t.shape)} do not match (B, L, C={C}) and (B, L, ell={ell})",
-            fix="the denoiser must return one logit per class per token",
-        )
-    if not carry_over:
-        return torch.log_softmax(logits, dim=-1)
-    return torch.log_softmax(restricted_padded_logits(logits, y_t, C=C, base=base, ell=ell)[..., :C], dim=-1)
-
-
-def _check_nonempty(y_t: torch.Tensor, C: int, base: int, ell: int) -> None:
-    """V(y_t^i) is empty exactly when the smallest consistent code (masked digits 0) is >= C."""
-    weights = base ** torch.arange(ell - 1, -1, -1, device=y_t.device)
-    smallest = (torch.where(y_t == mask_id(base), torch.zeros_like(y_t), y_t) * weights).sum(-1)
-    if bool((smallest >= C).any()):
-        raise PrimebenchError(
-            "some token's unmasked sub-tokens match no valid code (< C), so V(y_t^i) is empty",
-            fix="y_t must come from masking a valid encoding; check C, base and ell",
-        )
-
-
-def carry_over_bias(y_t: torch.Tensor, *, base: int, ell: int, dtype=torch.float32) -> torch.Tensor:
-    """(..., ell) sub-tokens -> (..., base**ell) additive 0 / -inf over all codes in digit order:
-    0 where every unmasked digit of the code equals y_t's (V(y_t^i) before the C cut). Built as an
-    outer sum of ell per-digit vectors, so no (..., C, ell) comparison is ever materialised."""
-    values = torch.arange(base, device=y_t.device)
-    masked = y_t == mask_id(base)  # (..., ell)
-    ok = masked[..., None] | (y_t[..., None] == values)  # (..., ell, base)
-    per_digit = torch.zeros(ok.shape, dtype=dtype, device=y_t.device).masked_fill_(~ok, float("-inf"))
-    bias = per_digit[..., 0, :]
-    for j in range(1, ell):
-        bias = (bias[..., :, None] + per_digit[..., j, None, :]).flatten(-2)
-    return bias
-
-
-def restricted_padded_logits(
-    logits: torch.Tensor, y_t: torch.Tensor, *, C: int, base: int, ell: int, carry_over: bool = True
-) -> torch.Tensor:
-    """(..., C) logits -> (..., base**ell): codes >= C at -inf and, with carry-over, the codes outside
-    V(y_t^i) too. Viewed as (..., base, ..., base) its axes are the ell digits, most significant first."""
-    pad = base**ell - C
-    x = torch.nn.functional.pad(logits, (0, pad), value=float("-inf")) if pad else logits.clone()
-    if carry_over:
-        _check_nonempty(y_t, C, base, ell)
-        x += carry_over_bias(y_t, base=base, ell=ell, dtype=x.dtype)
-    return x
-
-
-def digit_sums(e: torch.Tensor, *, base: int, ell: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(..., base**ell) non-negative masses -> (per-digit sums (..., ell, base), total (..., 1)).
-
-    sums[..., j, v] is the mass of the codes whose digit j is v. Computed by reshapes and sums
-    only: the sums over the trailing digits are shared, so the work is about two passes over e."""
-    lead = e.shape[:-1]
-    sums = [None] * ell
-    rest = e  # the mass summed over digits k + 1 .. ell - 1: (..., base**(k + 1))
-    for k in range(ell - 1, -1, -1):
-        grid = rest.reshape(*lead, base**k, base)
-        sums[k] = grid.sum(-2)
-        rest = grid.sum(-1)
-    return torch.stack(sums, dim=-2), rest
-
-
-def fused_prime_terms(
-    logits: torch.Tensor,
-    y_t: torch.Tensor,
-    x0: torch.Tensor,
-    y0: torch.Tensor,
-    masked: torch.Tensor,
-    *,
-    C: int,
-    base: int,
-    ell: int,
-    carry_over: bool,
-    estimators,
-    joint_scored: torch.Tensor | None = None,
-) -> list[torch.Tensor]:
-    """Both Prime NLL terms from one set of logits, (B, L) nats each, in ``estimators`` order.
-
-    ``subtoken``: the sum over masked sub-tokens of -log of the restricted joint's marginal (as
-    :func:`subtoken_nll_terms`); ``token_joint``: -log p(x_0^i | y_t) where ``joint_scored`` (B, L)
-    (default: tokens with a masked sub-token), as :func:`token_joint_nll_terms`. One exp over
-    (B, L, base**ell) and reshaped sums replace the log-softmax and the scatters; a marginal that
-    underflows float32 (< e^-87 of the largest allowed code) is recomputed exactly with logsumexp.
-    """
-    x = restricted_padded_logits(logits, y_t, C=C, base=base, ell=ell, carry_over=carry_over)
-    top = x.amax(-1, keepdim=True)  # finite: V(y_t^i) is never empty
-    e = torch.exp(x - top)
-    sums, total = digit_sums(e, base=base, ell=ell) if "subtoken" in estimators else (None, e.sum(-1, keepdim=True))
-    out = []
-    for name in estimators:
-        if name == "token_joint":
-            true = (x.gather(-1, x0[..., None]) - top - torch.log(total)).squeeze(-1)
-            scored = masked.any(-1) if joint_scored is None else joint_scored
-            out.append(torch.where(scored, -true, torch.zeros_like(true)))
-        elif name == "subtoken":
-            true = sums.gather(-1, y0[..., None]).squeeze(-1)  # (B, L, ell)
-            log_marg = torch.log(true) - torch.log(total)
-            under = masked & (true == 0)
-            if bool(under.any()):
-                rows = under.any(-1)
-                xr = x[rows]
-                exact = subtoken_log_marginals(xr, base=base, ell=ell) - torch.logsumexp(xr, -1)[:, None, None]
-                log_marg[rows] = exact.gather(-1, y0[rows][..., None]).squeeze(-1)
-            out.append(torch.where(masked, -log_marg, torch.zeros_like(log_marg)).sum(-1))
-        else:
-            raise ValueError(f"unknown estimator {name!r}: use 'subtoken' (bound) or 'token_joint' (paper objective)")
-    return out
-
-
-def subtoken_log_marginals(log_probs: torch.Tensor, *, base: int, ell: int) -> torch.Tensor:
-    """(B, L, C) token log-probs -> (B, L, ell, base) log p(y^{i,j} = v | y_t).
-
-    log p(y^{i,j} = v) = logsumexp over classes c with digit_j(c) = v of log_probs[..., c]. The C
-    values are padded with -inf to base**ell codes and viewed as (..., base, ..., base), one axis per
-    digit (most significant first); the marginal of digit j is a logsumexp over the other axes, so
-    no scatter and nothing larger than (..., base**ell) is formed. No value underflows to -inf
-    unless all its classes are -inf; values that no class takes (a high leading digit) get -inf.
-    Input of size base**ell (already padded) is accepted as is.
-    """
-    C = log_probs.shape[-1]
-    pad = base**ell - C
-    x = torch.nn.functional.pad(log_probs, (0, pad), value=float("-inf")) if pad else log_probs
-    grid = x.reshape(*x.shape[:-1], *([base] * ell))
-    lead = x.dim() - 1
-    axes = list(range(lead, lead + ell))
-    out = [torch.logsumexp(grid, dim=[a for a in axes if a != lead + j]) if ell > 1 else grid for j in range(ell)]
-    return torch.stack(out, dim=-2)
-
-
-def subtoken_nll_terms(
-    log_probs: torch.Tensor, y0: torch.Tensor, masked: torch.Tensor, base: int, ell: int
-) -> torch.Tensor:
-    """(B, L) nats: sum over masked sub-tokens (i, j) of -log p(y_0^{i,j} | y_t) (marginals).
-
-    ``y0`` (B, L, ell) are the true digits, ``masked`` (B, L, ell) bool marks the masked units.
-    Unmasked units contribute exactly 0.
-    """
-    log_marg = subtoken_log_marginals(log_probs, base=base, ell=ell)  # (B, L, ell, base)
-    true = log_marg.gather(-1, y0[..., None]).squeeze(-1)  # (B, L, ell)
-    return torch.where(masked, -true, torch.zeros_like(true)).sum(-1)
-
-
-def token_joint_nll_terms(log_probs: torch.Tensor, x0: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """(B, L) nats: -log p(x_0^i | y_t) for tokens with >= 1 masked sub-token, 0 otherwise."""
-    true = log_probs.gather(-1, x0[..., None]).squeeze(-1)  # (B, L)
-    return torch.where(masked.any(-1), -true, torch.zeros_like(true))
 
 
 # --------------------------------------------------------------------------------------------
@@ -472,21 +321,20 @@ def _monte_carlo(
     base = subtoken_base(C, ell)
     y0 = encode(x0, base, ell)  # (B, L, ell)
 
-    def unit_terms(log_probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    def terms(y_t: torch.Tensor, t: torch.Tensor | None, masked: torch.Tensor) -> list[torch.Tensor]:
+        log_probs = restricted_log_probs(denoiser(y_t), y_t, C=C, base=base, ell=ell)
         if which == "subtoken":
-            return subtoken_nll_terms(log_probs, y0, masked, base, ell)
-        return token_joint_nll_terms(log_probs, x0, masked)
+            return [subtoken_nll_terms(log_probs, y0, masked, base, ell)]
+        return [token_joint_nll_terms(log_probs, x0, masked)]
 
     value, stderr = monte_carlo_nelbo(
-        x0,
-        units=y0,
-        valid=torch.ones_like(y0, dtype=torch.bool),
-        log_probs=lambda y_t, t: restricted_log_probs(denoiser(y_t), y_t, C=C, base=base, ell=ell),
-        unit_terms=unit_terms,
+        y0,
+        torch.ones_like(y0, dtype=torch.bool),
+        terms,
         schedule=get_schedule("linear"),
         mask_id=mask_id(base),
         sampler=time_sampler,
         num_samples=num_samples,
         generator=generator,
     )
-    return MonteCarloEstimate(value, stderr)
+    return MonteCarloEstimate(value[..., 0], stderr[..., 0])

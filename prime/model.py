@@ -17,10 +17,16 @@ Two likelihood numbers, never to be confused (see ``prime.bounds``):
 
 Training minimises the paper's objective (token-joint), as the published models were trained.
 With ell = 1 this is MDLM exactly: same weights give the same logits, loss and bounds.
+
+The samplers (:mod:`harness.sampling`) ask this class for what sub-tokens change: a state of ell
+digits per token, MDM-Prime's joint ancestral update, the marginal of one sub-token, and the codes
+>= C that digits can spell without carry-over. The bound audit's enumeration on toy denoisers is
+reached through :meth:`Prime.toy_bound_audit`, and release checkpoints through :meth:`Prime.base_for`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +36,16 @@ from harness.errors import ConfigError
 from harness.models import MODELS
 from harness.models.base import Estimator
 from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
-from prime.bounds import fused_prime_terms, restricted_log_probs, subtoken_nll_terms, token_joint_nll_terms
+from harness.sampling.categorical import sample_categorical
 from prime.embedding import SubtokenEmbedding
-from prime.subtokens import encode, subtoken_base
+from prime.subtokens import decode, encode, subtoken_base
+from prime.terms import (
+    fused_prime_terms,
+    restricted_log_probs,
+    subtoken_log_marginals,
+    subtoken_nll_terms,
+    token_joint_nll_terms,
+)
 
 SUBTOKEN = Estimator(
     "subtoken", "bound", "", "sub-token bound: marginals of the restricted joint over masked sub-tokens"
@@ -74,7 +87,7 @@ class Prime(MaskedDiffusion):
 
     def __init__(self, *, vocab_size: int, ell: int = 2, carry_over: bool = True, **kwargs: Any):
         self.ell = int(ell)
-        self.base = subtoken_base(vocab_size, self.ell)
+        self.base = self.base_for(vocab_size, self.ell)
         self.carry_over = bool(carry_over)
         super().__init__(vocab_size=vocab_size, extra_hparams=dict(ell=ell, carry_over=carry_over), **kwargs)
 
@@ -86,6 +99,7 @@ class Prime(MaskedDiffusion):
         return SubtokenEmbedding(self.base, self.ell, d_model)
 
     subtokens = True
+    context_free_law = "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)"
 
     @property
     def units_per_token(self) -> int:
@@ -98,6 +112,12 @@ class Prime(MaskedDiffusion):
     @property
     def may_decode_invalid_codes(self) -> bool:
         return not self.carry_over
+
+    @staticmethod
+    def base_for(vocab_size: int, ell: int) -> int:
+        """The base b of ``ell`` digits per token for C = ``vocab_size`` classes: the smallest b with
+        b^ell >= C (:func:`prime.subtokens.subtoken_base`); the mask id of a digit is b."""
+        return subtoken_base(vocab_size, ell)
 
     def encode(self, x0: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids -> (B, L, ell) digits."""
@@ -127,13 +147,34 @@ class Prime(MaskedDiffusion):
             return token_joint_nll_terms(log_p, x0, masked)
         raise ValueError(f"unknown estimator {estimator!r}: use 'subtoken' (bound) or 'token_joint' (paper objective)")
 
-    def nll_terms(self, z_t, t, attention_mask, x0, units, masked, estimators, scored) -> list[torch.Tensor]:
-        """Both estimators' terms from one forward pass, without forming the (B, L, C) restricted
-        log-softmax or scattering into sub-token marginals (:func:`prime.bounds.fused_prime_terms`);
-        the same numbers as :meth:`unit_terms` on :meth:`log_probs` (to float rounding; ell = 1 takes
-        the log-softmax path, so that it stays MDLM bit for bit)."""
+    def nll_terms(
+        self,
+        z_t: torch.Tensor,
+        t: torch.Tensor | None,
+        masked: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None,
+        x0: torch.Tensor,
+        units: torch.Tensor,
+        estimators: Sequence[str],
+        scored: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """Both estimators' (B, L) terms from one forward pass on ``z_t`` (B, L, ell), without forming
+        the (B, L, C) restricted log-softmax or scattering into sub-token marginals
+        (:func:`prime.terms.fused_prime_terms`); the same numbers as :meth:`unit_terms` on
+        :meth:`log_probs` (to float rounding; ell = 1 takes the log-softmax path, so that it stays
+        MDLM bit for bit)."""
         if self.ell == 1:
-            return super().nll_terms(z_t, t, attention_mask, x0, units, masked, estimators, scored)
+            return super().nll_terms(
+                z_t,
+                t,
+                masked,
+                attention_mask=attention_mask,
+                x0=x0,
+                units=units,
+                estimators=estimators,
+                scored=scored,
+            )
         logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
         joint_scored = None
         if not self.carry_over and scored is not None:
@@ -151,6 +192,71 @@ class Prime(MaskedDiffusion):
             estimators=estimators,
             joint_scored=joint_scored,
         )
+
+    # -- what the samplers ask: states (..., ell) of ell digits per token --------------------------
+    def sampler_units(self, x: torch.Tensor) -> torch.Tensor:
+        """(...) token ids -> (..., ell) digits."""
+        return self.encode(x)
+
+    def sampler_tokens(self, y: torch.Tensor) -> torch.Tensor:
+        """(..., ell) revealed digits -> (...) codes (>= C possible without carry-over)."""
+        return decode(y, self.base)
+
+    def sampler_log_probs(self, y: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
+        """(B, L, ell) digits, t (B,) -> (B, L, C) the restricted joint's log-probabilities."""
+        return self.log_probs(y, t)
+
+    def joint_draw(
+        self,
+        probs: torch.Tensor,
+        y: torch.Tensor,
+        masked: torch.Tensor,
+        m_t: float,
+        m_s: float,
+        *,
+        method: str,
+        dtype: torch.dtype,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """MDM-Prime's ``_mdm_prime_update`` at N positions with a masked digit: ``probs`` (N, C) the
+        shaped restricted joint, ``y`` and ``masked`` (N, ell) -> (N, ell) the next digits.
+
+        A token x_hat is drawn from ``probs`` at every position, then every masked digit takes x_hat's
+        digit with a two-class draw (stay m_s, reveal m_t - m_s); both with ``method`` in ``dtype``
+        (:func:`harness.sampling.sample_categorical`)."""
+        x_hat = sample_categorical(probs=probs, method=method, dtype=dtype, generator=generator)
+        outcome = probs.new_tensor([m_s, m_t - m_s]).expand(int(masked.sum()), 2)
+        flags = torch.zeros_like(masked)
+        flags[masked] = sample_categorical(probs=outcome, method=method, dtype=dtype, generator=generator) == 1
+        return torch.where(flags, self.sampler_units(x_hat), y)
+
+    def context_free_token_law(self, probs: torch.Tensor, *, steps: int, dtype: torch.dtype | str) -> torch.Tensor:
+        """The law of the token a position ends with under :meth:`joint_draw` for a context-free
+        denoiser: x_hat is drawn from ``probs`` alone (no stay mass) and the digits only decide when
+        it is revealed, so the law is the grid law of one Gumbel-max in ``dtype`` at every ``steps``
+        (:func:`harness.audit.gumbel.grid_gumbel_probs`)."""
+        from harness.audit.gumbel import grid_gumbel_probs
+
+        return grid_gumbel_probs(probs, dtype)
+
+    def unit_log_marginals(self, log_p: torch.Tensor, unit: torch.Tensor) -> torch.Tensor:
+        """(B, C) token log-probabilities, ``unit`` (B,) a digit index -> (B, base) log-marginal of that
+        digit of the restricted joint (:func:`prime.terms.subtoken_log_marginals`), the law under
+        which the valid sub-token bound is computed."""
+        marginals = subtoken_log_marginals(log_p[:, None], base=self.base, ell=self.ell)[:, 0]  # (B, ell, base)
+        return marginals[torch.arange(log_p.shape[0], device=log_p.device), unit]
+
+    def invalid_codes(self, y: torch.Tensor) -> torch.Tensor:
+        """(B, L, ell) revealed digits -> (B, L) bool: codes >= C (only without carry-over)."""
+        return self.sampler_tokens(y) >= self.vocab_size
+
+    @classmethod
+    def toy_bound_audit(cls, C: int, ell: int, L: int, *, seeds: int, seed: int):
+        """The bound audit's enumeration on toy denoisers of this family (:func:`prime.toy_audit.toy_audit`):
+        a :class:`harness.audit.bound.BoundAudit` of exact NLL, sub-token bound and token-joint objective."""
+        from prime.toy_audit import toy_audit
+
+        return toy_audit(C, ell, L, seeds=seeds, seed=seed)
 
     # -- facts ------------------------------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:

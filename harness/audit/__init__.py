@@ -1,5 +1,70 @@
 """Audits of the harness's claims: ``bound`` (exact NLL vs the sub-token bound vs the paper objective),
 ``idle`` / ``idle_measure`` (idle steps of the ancestral sampler, analytic and measured),
 ``gumbel`` / ``gumbel_audit`` (what a finite-precision Gumbel-max draw samples) and ``precision``
-(fp32 vs fp64 sampling). Import the submodules; this package imports nothing, so the command line
-can read their defaults without loading torch."""
+(fp32 vs fp64 sampling).
+
+The analytic idle-step and Gumbel functions this package exported before are still importable from
+it (``from harness.audit import idle_step_ratio``); they are re-exported lazily (PEP 562), so importing
+the package loads neither them nor torch, and the command line can read the submodules' defaults
+without loading torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "IdleSimulation": "idle",
+    "expected_nfe": "idle",
+    "idle_step_ratio": "idle",
+    "simulate_idle": "idle",
+    "empirical_frequencies": "gumbel",
+    "entropy": "gumbel",
+    "grid_gumbel_probs": "gumbel",
+    "kl": "gumbel",
+    "mdlm_step_distribution": "gumbel",
+    "peaked_and_flat": "gumbel",
+    "truncated_gumbel_probs": "gumbel",
+    "truncation_level": "gumbel",
+}
+
+__all__ = [
+    "IdleSimulation",
+    "empirical_frequencies",
+    "entropy",
+    "expected_nfe",
+    "grid_gumbel_probs",
+    "idle_step_ratio",
+    "kl",
+    "mdlm_step_distribution",
+    "peaked_and_flat",
+    "simulate_idle",
+    "truncated_gumbel_probs",
+    "truncation_level",
+]
+
+if TYPE_CHECKING:
+    from harness.audit.gumbel import (
+        empirical_frequencies,
+        entropy,
+        grid_gumbel_probs,
+        kl,
+        mdlm_step_distribution,
+        peaked_and_flat,
+        truncated_gumbel_probs,
+        truncation_level,
+    )
+    from harness.audit.idle import IdleSimulation, expected_nfe, idle_step_ratio, simulate_idle
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'harness.audit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"harness.audit.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

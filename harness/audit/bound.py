@@ -7,9 +7,10 @@ This module computes, in nats per token:
 
 * :func:`toy_audit`: by enumeration on toy time-independent denoisers, where the exact NLL of the
   sampler is computable: the worked example of ``docs/bounds.md`` (exact 1.0182, token-joint 0.8342),
-  ideal models of random one-token data, and random :class:`~prime.toy.TableDenoiser` networks;
-  every row is an expectation under its data distribution (for a random network, its own
-  distribution p_theta, enumerated over all C^L sequences), so "exact" is then an entropy;
+  ideal models of random one-token data, and random table denoisers; every row is an expectation
+  under its data distribution (for a random network, its own distribution p_theta, enumerated over
+  all C^L sequences), so "exact" is then an entropy. The enumeration belongs to the Prime family
+  (``prime.toy_audit``), which this module reaches through the model registry;
 * :func:`checkpoint_audit`: Monte Carlo with standard errors for a trained model on given rows
   (Prime: both estimators; MDLM / masked: the bound; ARM: the exact NLL);
   :func:`audit_checkpoint` loads a checkpoint and scores rows of its validation split with it.
@@ -20,7 +21,6 @@ NLL, so it is not an upper bound there. The sub-token bound is never below the e
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +31,6 @@ from harness.errors import PrimebenchError
 
 UNITS = "nats/token"
 KINDS = {"exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
-MAX_TOY_STATES = 2**20  # C^L sequences times 2^(L*ell) mask patterns, all enumerated
-_STATES_PER_CHUNK = 2**16
 BELOW = "paper objective is BELOW the exact NLL: not a bound"
 ABOVE = "above exact (bound holds here)"
 
@@ -181,126 +179,18 @@ class BoundAudit:
 # --------------------------------------------------------------------------------------------
 
 
-def _expectations(denoiser, x0: torch.Tensor, weights: torch.Tensor | None, *, C: int, ell: int):
-    """Expected (exact, sub-token, token-joint) nats per token over sequences x0 (S, L).
-
-    ``weights`` (S,) is the data distribution; ``None`` means the model's own p_theta(x0) =
-    exp(-exact), which sums to one over all C^L sequences. Sequences are scored in chunks so that
-    each call enumerates at most ``_STATES_PER_CHUNK`` (sequence, pattern) pairs.
-    """
-    from prime.bounds import exact_nll, subtoken_bound, token_joint_objective
-
-    S, L = x0.shape
-    chunk = max(1, _STATES_PER_CHUNK // 2 ** (L * ell))
-    parts = []
-    for start in range(0, S, chunk):
-        xs = x0[start : start + chunk]
-        parts.append(
-            torch.stack([f(denoiser, xs, C=C, ell=ell) for f in (exact_nll, subtoken_bound, token_joint_objective)])
-        )
-    exact, sub, tok = torch.cat(parts, dim=1)  # each (S,)
-    p = torch.exp(-exact) if weights is None else weights.to(exact.dtype)
-    total = float(p.sum())
-    if not math.isclose(total, 1.0, abs_tol=1e-6):
-        raise PrimebenchError(
-            f"the toy data distribution sums to {total}, not 1", fix="this is a bug in the toy audit: report it"
-        )
-    return tuple(float((p * v).sum()) / L for v in (exact, sub, tok))
-
-
-def _check_toy_size(C: int, ell: int, L: int) -> None:
-    from prime.bounds import MAX_ENUMERATED_UNITS
-
-    if min(C, ell, L) < 1 or C < 2:
-        raise PrimebenchError(
-            f"toy model C={C}, ell={ell}, L={L}: need C >= 2, ell >= 1, L >= 1", fix="e.g. --toy 6,2,2"
-        )
-    N = L * ell
-    if N > MAX_ENUMERATED_UNITS:
-        raise PrimebenchError(
-            f"the toy audit enumerates 2^(L*ell) mask patterns; L*ell = {L}*{ell} = {N} exceeds the limit "
-            f"of {MAX_ENUMERATED_UNITS} units (prime.bounds.MAX_ENUMERATED_UNITS)",
-            fix="use a shorter toy sequence L or fewer sub-tokens ell",
-        )
-    states = C**L * 2**N
-    if states > MAX_TOY_STATES:
-        raise PrimebenchError(
-            f"the toy audit scores all C^L = {C}^{L} sequences under 2^(L*ell) = 2^{N} mask patterns: "
-            f"{states} states exceed the limit of {MAX_TOY_STATES}",
-            fix="use a smaller C, ell or L (e.g. --toy 6,2,2)",
-        )
-
-
 def toy_audit(C: int = 6, ell: int = 2, L: int = 2, *, seeds: int = 3, seed: int = 0) -> BoundAudit:
     """Enumerated exact NLL, sub-token bound and paper objective on toy models (nats/token).
 
-    Rows: the reference worked example; for each of ``seeds`` seeds, the ideal model of random
-    one-token data p ~ Dirichlet(1) over C classes split into ell sub-tokens (the network is the
-    true conditional, so exact = data entropy), and a random :class:`~prime.toy.TableDenoiser`
-    of shape (C, ell, L) scored on its own distribution.
+    Toy models of C classes, ``ell`` sub-tokens per token and length L (C^L * 2^(L*ell) states at
+    most, L*ell <= 16). Rows: the reference worked example; for each of ``seeds`` seeds from
+    ``seed``, the ideal model of random one-token data p ~ Dirichlet(1) (exact = data entropy), and
+    a random table denoiser of shape (C, ell, L) scored on its own distribution. The enumeration is
+    the Prime family's (its ``toy_bound_audit``), found by name in the model registry.
     """
-    from prime.toy import ConstantDenoiser, TableDenoiser, data_entropy, worked_example
+    from harness.models import family_class
 
-    if seeds < 0:
-        raise PrimebenchError(f"seeds must be >= 0, got {seeds}", fix="pass --seeds 0 or more")
-    _check_toy_size(C, ell, L)
-    rows: list[BoundRow] = []
-    ex = worked_example()
-    exact, sub, tok = _expectations(ex.denoiser, ex.x0, ex.p, C=ex.C, ell=ex.ell)
-    rows.append(
-        BoundRow(
-            name=f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)",
-            method="enumeration",
-            family="toy",
-            exact_nll=exact,
-            subtoken_bound=sub,
-            token_joint=tok,
-            data_entropy=data_entropy(ex.p),
-            tokens=1.0,
-        )
-    )
-    sequences = torch.tensor(list(itertools.product(range(C), repeat=L)), dtype=torch.long)
-    for s in range(seed, seed + seeds):
-        g = torch.Generator().manual_seed(s)
-        gamma = -torch.log(torch.rand(C, generator=g, dtype=torch.float64))  # Exp(1) draws
-        p = gamma / gamma.sum()  # Dirichlet(1, ..., 1)
-        exact, sub, tok = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
-        rows.append(
-            BoundRow(
-                name=f"ideal model, random data p (C={C}, ell={ell}, seed {s})",
-                method="enumeration",
-                family="toy",
-                exact_nll=exact,
-                subtoken_bound=sub,
-                token_joint=tok,
-                data_entropy=data_entropy(p),
-                tokens=1.0,
-            )
-        )
-        den = TableDenoiser(C, ell, L, generator=torch.Generator().manual_seed(s))
-        exact, sub, tok = _expectations(den, sequences, None, C=C, ell=ell)
-        rows.append(
-            BoundRow(
-                name=f"random table denoiser (C={C}, ell={ell}, L={L}, seed {s})",
-                method="enumeration",
-                family="toy",
-                exact_nll=exact,
-                subtoken_bound=sub,
-                token_joint=tok,
-                data_entropy=exact,
-                tokens=float(L),
-            )
-        )
-    protocol = {
-        "source": "toy",
-        "C": C,
-        "ell": ell,
-        "L": L,
-        "seeds": list(range(seed, seed + seeds)),
-        "data": "worked example: its p; ideal rows: p ~ Dirichlet(1); table rows: the model's own p_theta",
-        "method": "enumeration of all 2^(L*ell) mask patterns (prime.bounds)",
-    }
-    return BoundAudit(rows=rows, protocol=protocol)
+    return family_class("prime").toy_bound_audit(C, ell, L, seeds=seeds, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,8 +212,10 @@ def checkpoint_audit(
 
     Prime: the sub-token bound and the paper objective (token-joint), with the same corruption
     draws (same seed), so their difference is estimated more sharply than either number. MDLM /
-    masked: the bound (NELBO). ARM: the exact NLL. Time-independent diffusion models use the
-    unbiased mask-count sampler ("n"); time-conditioned ones MDLM's time sampler ("t").
+    masked: the bound (NELBO). ARM: the exact NLL. The family picks the time sampler with
+    ``model.time_sampler(unbiased=True)``: the unbiased mask count ("n") for a time-independent
+    network, MDLM's time draw ("t") for a time-conditioned one. ``attention_mask`` (N, L) marks the
+    real tokens; a :class:`BoundAudit` of one row comes back.
     """
     from harness.evaluation.ppl import evaluate_nll
 
@@ -335,22 +227,24 @@ def checkpoint_audit(
     if input_ids.shape[0] == 0:
         raise PrimebenchError("no validation rows to score", fix="raise --batches or check the corpus's split")
     family = model.family
-    sampler = ("t" if model.time_conditioning else "n") if model.uses_time_sampler else None
+    sampler = model.time_sampler(unbiased=True)
 
-    def run(**kwargs):
-        return evaluate_nll(
+    def run(estimator: str):
+        (result,) = evaluate_nll(
             model,
             input_ids,
             attention_mask,
+            estimators=[estimator],
+            time_sampler=sampler,
             batch_size=batch_size,
             num_samples=num_samples,
             seed=seed,
-            nll_kwargs=dict(kwargs, time_sampler=sampler),
         )
+        return result
 
     label = f"{name} ({input_ids.shape[0]} rows x {input_ids.shape[1]} tokens, K={num_samples})"
     # one row per checkpoint: the family's numbers by kind (exact NLL, valid bound, paper objective)
-    by_kind = {est.kind: run(estimator=est.name) for est in model.estimators}
+    by_kind = {est.kind: run(est.name) for est in model.estimators}
     exact, bound, paper = by_kind.get("exact"), by_kind.get("bound"), by_kind.get("paper-objective")
     first = exact or bound or paper
     row = BoundRow(
@@ -379,16 +273,36 @@ def checkpoint_audit(
 
 
 def audit_checkpoint(
-    checkpoint, *, mc_samples: int, batches: int, batch_size: int, seed: int = 0, device: str = "cpu", log=None
+    checkpoint,
+    *,
+    mc_samples: int,
+    batch_size: int,
+    max_rows: int | None = None,
+    batches: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    carry_over: bool | None = None,
+    ema: bool = True,
+    log=None,
 ) -> BoundAudit:
-    """:func:`checkpoint_audit` of the checkpoint's model on the first ``batches * batch_size`` rows of
-    its validation split, packed as in training; the protocol names the checkpoint and the data.
+    """:func:`checkpoint_audit` of the checkpoint's model on the first ``max_rows`` rows of its
+    validation split (or ``batches * batch_size`` rows, the older spelling: give one of the two),
+    packed as in training, scored ``batch_size`` rows at a time with ``mc_samples`` corruptions each;
+    the protocol names the checkpoint, the data and the weights.
 
     ``checkpoint``: any source :func:`harness.load` takes (a folder of ours, ``hf:``, ``mdlm-hf:``,
     ``mdlm-ckpt:``, ``prime-ckpt:``, ``ar-ckpt:``); a release is scored on the split its config
-    names (``wiki-embedded:validation``, as ``eval ppl`` does without ``--data``)."""
+    names (``wiki-embedded:validation``, as ``eval ppl`` does without ``--data``). ``carry_over``:
+    Prime's carry-over at evaluation (None: as trained); ``ema``: the EMA weights (default) or the
+    raw ones; both are recorded. ``log(message)`` reports progress."""
     import dataclasses
     from pathlib import Path
+
+    from harness.errors import InputError
+
+    if (max_rows is None) == (batches is None):
+        raise InputError("give the rows to score as max_rows or as batches, one of the two", fix="pass max_rows=N")
+    rows = max_rows if max_rows is not None else batches * batch_size
 
     from harness.checkpoint import CONFIG, read_checkpoint_config
     from harness.data import get_corpus, get_packed
@@ -397,7 +311,7 @@ def audit_checkpoint(
     ours = Path(str(checkpoint)).is_dir() and (Path(str(checkpoint)) / CONFIG).is_file()
     # our own folders may need their corpus to rebuild a bpe:V tokenizer; releases carry their tokenizer
     corpus = get_corpus(read_checkpoint_config(Path(checkpoint))[0].data.corpus) if ours else None
-    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus)
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus, carry_over=carry_over, ema=ema)
     corpus = corpus or get_corpus(cfg.data.corpus)
     d = cfg.data
     valid = get_packed(
@@ -409,7 +323,7 @@ def audit_checkpoint(
         eos_between_docs=d.eos_between_docs,
         remainder=d.remainder,
     )
-    n = min(valid.rows, batches * batch_size)
+    n = min(valid.rows, rows)
     if log is not None:
         log(f"scoring {n} of {valid.rows} {d.valid_split} rows of {d.corpus} with K={mc_samples}")
     audit = checkpoint_audit(
@@ -429,6 +343,8 @@ def audit_checkpoint(
             "corpus": d.corpus,
             "split": d.valid_split,
             "tokenizer": d.tokenizer,
+            **model.protocol(),
+            "weights": "EMA" if ema else "raw",
         },
         checkpoint=checkpoint,
         cfg=cfg,

@@ -2,11 +2,11 @@
 
 Whether a masked unit unmasks in a step does not depend on the network (Zheng et al. Sec. 4.1;
 MDM-Prime Fig. 2 simulates exactly this), so the idle-step ratio can be measured with any denoiser.
-We use :class:`UniformDenoiser`, a parameter-free stand-in with the attributes a sampler reads
-(``family``, ``vocab_size``, ``seq_len``, ``mask_id``, ``schedule``, ``time_conditioning``,
-``log_probs``; for Prime also ``ell``, ``base``, ``carry_over``, ``encode``), and run
-:func:`harness.sampling.generate` with ``sampler="ancestral"``: the same grid, caching and
-per-sample idle counting as any real run, and for ell > 1 the Prime sub-token path.
+:func:`uniform_model` builds the registered family itself (MDLM for ell = 1, Prime with carry-over
+for ell > 1, by name from the model registry) around :class:`UniformDenoiser`, a parameter-free
+network whose logits are all zero, and :func:`measure_idle` runs :func:`harness.sampling.generate`
+on it with ``sampler="ancestral"``: the same grid, caching and per-sample idle counting as any real
+run, and every family fact (mask id, base, units, carry-over) the family's own.
 
 The measured ISR is per sequence (batch = 1, the paper's setting): the sampler counts idle steps
 per sample, and the samples of one generate call are independent, so ``runs`` samples in one call
@@ -31,60 +31,46 @@ from harness.schedules import Schedule, get_schedule
 PAPER_ISR_PERCENT: dict[int, float] = {1: 36.77, 2: 13.52, 3: 4.97, 4: 1.83, 6: 0.25, 8: 0.03}
 PAPER_SETTING = {"length": 1024, "steps": 1024, "schedule": "linear"}
 
-#: vocabulary of the stand-in: 8-bit symbols (Prime bases 256, 16, 7, 4, 3, 2 for ell = 1, 2, 3, 4, 6, 8)
+#: vocabulary of the stand-in: binary symbols (Prime base 2 for every ell > 1; ISR does not depend on C)
 STANDIN_VOCAB = 2
 
 
 class UniformDenoiser(nn.Module):
-    """A denoiser whose every prediction is uniform: MDLM-shaped for ell = 1, Prime-shaped for ell > 1.
+    """A backbone whose logits are all zero: (B, L) or (B, L, ell) inputs -> (B, L, C) float32 zeros.
 
-    ``log_probs(z_t, t)``: (B, L) or (B, L, ell) -> (B, L, C) float32. MDLM: log(1/C) everywhere
-    (the sampler only uses the masked positions). Prime: uniform over V(y^i), the valid codes
-    consistent with the revealed sub-tokens (the carry-over restricted joint of uniform logits), so
-    no invalid code is ever drawn. Time-independent, so the sampler's caching is exact.
-    """
+    The family around it turns them into uniform predictions: MDLM's SUBS gives log(1/C) at masked
+    positions; Prime's carry-over gives the uniform law over V(y^i), the valid codes consistent with
+    the revealed sub-tokens, so no invalid code is ever drawn. Time-independent, so the sampler's
+    caching is exact. It has no weights; an empty parameter fixes the family's device."""
 
-    def __init__(self, *, vocab_size: int, seq_len: int, ell: int = 1, schedule: str | Schedule = "linear"):
+    def __init__(self, vocab_size: int):
         super().__init__()
-        from prime.subtokens import mask_id, subtoken_base
-
-        self.subtokens = ell > 1  # MDLM-shaped units for ell = 1
-        self.family = "prime" if self.subtokens else "mdlm"  # as the records name it
         self.vocab_size = int(vocab_size)
-        self.seq_len = int(seq_len)
-        self.ell = int(ell)
-        self.units_per_token = self.ell
-        self.base = subtoken_base(self.vocab_size, self.ell)
-        self.unit_base = self.base if self.subtokens else self.vocab_size
-        self.mask_id = mask_id(self.base) if self.subtokens else self.vocab_size
-        self.carry_over = True
-        self.time_conditioning = False
-        self.may_decode_invalid_codes = False
-        self.samplers = ("ancestral", "first-hitting", "maskgit")
-        self.default_sampler, self.token_by_token_sampler = "ancestral", "first-hitting"
-        self.schedule = get_schedule(schedule)
+        self.anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
 
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
+    def forward(self, z: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
+        return torch.zeros(*z.shape[:2], self.vocab_size, dtype=torch.float32, device=z.device)
 
-    def units(self, x0: torch.Tensor) -> torch.Tensor:
-        """(...) token ids -> (..., ell) sub-tokens (Prime-shaped), or the ids themselves."""
-        from prime.subtokens import encode
 
-        return encode(x0, self.base, self.ell) if self.subtokens else x0
+def uniform_model(*, vocab_size: int, seq_len: int, ell: int = 1, schedule: str | Schedule = "linear"):
+    """The registered family of ell (``mdlm`` for ell = 1, ``prime`` for ell > 1, built by name) with
+    C = ``vocab_size``, L = ``seq_len`` and ``schedule``, its network replaced by :class:`UniformDenoiser`."""
+    from harness.models import build_model
 
-    def protocol(self) -> dict:
-        return {"ell": self.ell, "base": self.base, "carry_over": True} if self.subtokens else {}
-
-    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
-        if not self.subtokens:
-            return torch.full((*z_t.shape, self.vocab_size), -math.log(self.vocab_size), dtype=torch.float32)
-        from prime.subtokens import consistent
-
-        ok = consistent(z_t, self.vocab_size, self.base, self.ell)  # (B, L, C)
-        log_count = torch.log(ok.sum(-1, keepdim=True).float())
-        return torch.where(ok, -log_count, torch.tensor(float("-inf")))
+    family, extra = ("prime", {"ell": ell, "carry_over": True}) if ell > 1 else ("mdlm", {})
+    model = build_model(
+        family,
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        d_model=2 * ell,  # the smallest network that builds; it is replaced
+        n_layers=1,
+        n_heads=1,
+        mlp_ratio=1,
+        schedule=schedule,
+        **extra,
+    )
+    model.backbone = UniformDenoiser(vocab_size)
+    return model.eval()
 
 
 @dataclass(frozen=True)
@@ -121,13 +107,15 @@ def measure_idle(
     max_batch: int = 64,
 ) -> IdleMeasurement:
     """Run :func:`harness.sampling.generate` (ancestral, float64 Gumbel draws, caching on) ``runs``
-    times on one sequence of ``length`` tokens with the uniform stand-in, ``max_batch`` runs per call."""
+    times on one sequence of ``length`` tokens with :func:`uniform_model` of ``ell`` sub-tokens per
+    token, ``max_batch`` runs per call: the mean ISR (a fraction) and NFE per sequence, each with its
+    standard error over the runs."""
     from harness.sampling import generate
 
     for name, value in (("length", length), ("steps", steps), ("ell", ell), ("runs", runs), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PrimebenchError(f"{name} must be a positive integer, got {value!r}")
-    model = UniformDenoiser(vocab_size=vocab_size, seq_len=length, ell=ell, schedule=schedule)
+    model = uniform_model(vocab_size=vocab_size, seq_len=length, ell=ell, schedule=schedule)
     began = time.perf_counter()
     out = generate(
         model,
@@ -300,6 +288,7 @@ __all__ = [
     "PAPER_ISR_PERCENT",
     "STANDIN_VOCAB",
     "UniformDenoiser",
+    "uniform_model",
     "IdleMeasurement",
     "measure_idle",
     "IdleRow",

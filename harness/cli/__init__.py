@@ -1,9 +1,12 @@
-"""The ``primebench`` command line: thin click commands, one module per group.
+"""The ``primebench`` command line: thin click commands, one module per command or group, options from
+one vocabulary (:mod:`harness.cli.options`).
 
 Results go to stdout (``--json`` for machines); progress and logs go to stderr. Heavy imports
-happen inside commands so ``primebench --help`` is fast. User errors print a message that names the
-problem and the fix, and exit with status 2 (so does a file-system error on a path, e.g. a name too
-long); Ctrl-C (SIGINT) prints one line and exits with 130, never a traceback.
+happen inside commands so ``primebench --help`` is fast. The harness's own errors
+(:class:`harness.errors.PrimebenchError`, raised for anything a user can correct) and click's usage
+errors print a message that names the problem and the fix and exit with status 2; so does a file-system
+error on a path (a name too long, no permission). Ctrl-C (SIGINT) prints one line and exits with 130.
+Any other exception is a bug: its traceback is shown with a line asking to report it, exit status 1.
 """
 
 from __future__ import annotations
@@ -24,19 +27,31 @@ class _Group(click.Group):
             if exc.fix:
                 click.echo(f"  fix: {exc.fix}", err=True)
             ctx.exit(exc.exit_code if isinstance(exc, Interrupted) else 2)
-        except (FileNotFoundError, FloatingPointError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(2)
         except KeyboardInterrupt:  # SIGINT outside `train` (which saves and raises Interrupted): 128 + 2
             click.echo("\nerror: interrupted (SIGINT); nothing more was written", err=True)
             click.echo("  fix: run the command again (records and caches are written whole, never in part)", err=True)
             ctx.exit(130)
         except OSError as exc:
             if exc.filename is None:
+                _report_bug()
                 raise
             click.echo(f"error: {exc.strerror or exc}: {str(exc.filename)!r}", err=True)
             click.echo(f"  fix: {_os_error_fix(exc)}", err=True)
             ctx.exit(2)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception:
+            _report_bug()
+            raise
+
+
+def _report_bug() -> None:
+    """Say that an exception the harness did not raise on purpose is a bug (its traceback follows)."""
+    click.echo(
+        "error: an internal error (a bug in primebench, not in your input); please report it with the command "
+        "and the traceback below",
+        err=True,
+    )
 
 
 def _os_error_fix(exc: OSError) -> str:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import device_option, out_option
+from harness.cli.options import (
+    carry_over_option,
+    device_option,
+    ema_option,
+    json_option,
+    option,
+    out_option,
+    seed_option,
+)
 
 
 def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
@@ -30,45 +38,41 @@ def _parse_toy(ctx, param, value: str | None) -> tuple[int, int, int] | None:
     callback=_parse_toy,
     help="Shape of the random toy denoisers (without CHECKPOINT). [default: 6,2,2]",
 )
-@click.option(
-    "--seeds",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Number of random toy models (without CHECKPOINT).",
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="First toy seed / Monte-Carlo seed.")
-@click.option(
+@option("--seeds", "Random toy models (without CHECKPOINT).", default=3, show_default=True, type=click.IntRange(min=0))
+@seed_option("First toy seed / Monte-Carlo seed.")
+@option(
     "--mc-samples",
+    "With CHECKPOINT; >= 2 for a standard error.",
     default=4,
     show_default=True,
     type=click.IntRange(min=2),
-    help="Monte-Carlo corruptions per sequence (with CHECKPOINT; >= 2 for a standard error).",
 )
-@click.option(
-    "--batches",
-    default=4,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Validation batches to score (with CHECKPOINT).",
-)
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
-@device_option(help="torch device for a checkpoint's model.")
+@option("--max-rows", "Validation rows, with CHECKPOINT.", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--batches", type=click.IntRange(min=1), default=None, hidden=True)
+@option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@carry_over_option()
+@ema_option()
+@device_option(detail="For a checkpoint's model.")
 @out_option()
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of the table.")
-def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, device, out, as_json):
+@json_option()
+def bound_cmd(
+    checkpoint, toy, seeds, seed, mc_samples, max_rows, batches, batch_size, carry_over, ema, device, out, as_json
+):
     """Exact NLL vs the sub-token bound vs the paper's token-joint objective (nats/token).
 
     Without CHECKPOINT: exact enumeration on the reference worked example and random toy models.
     With CHECKPOINT (a folder of ours, or a release by prefix: hf:, mdlm-hf:, mdlm-ckpt:, prime-ckpt:,
-    ar-ckpt:): Monte Carlo on its validation split (Prime: both numbers; MDLM/masked: the bound; ARM:
-    the exact NLL).
+    ar-ckpt:): Monte Carlo on the first --max-rows rows of its validation split (Prime: both numbers;
+    MDLM/masked: the bound; ARM: the exact NLL).
     """
     from harness.audit.bound import audit_checkpoint, toy_audit
     from harness.cli.emit import emit_record
     from harness.logging import console
     from harness.views import render_bound
 
+    if batches is not None:  # the old spelling counted batches, not rows
+        click.echo("warning: --batches is deprecated; use --max-rows N (rows = batches x batch size)", err=True)
+        max_rows = batches * batch_size
     if checkpoint is None:
         C, ell, L = toy or (6, 2, 2)
         audit = toy_audit(C, ell, L, seeds=seeds, seed=seed)
@@ -78,10 +82,12 @@ def bound_cmd(checkpoint, toy, seeds, seed, mc_samples, batches, batch_size, dev
         audit = audit_checkpoint(
             checkpoint,
             mc_samples=mc_samples,
-            batches=batches,
+            max_rows=max_rows,
             batch_size=batch_size,
             seed=seed,
             device=device,
+            carry_over=carry_over,
+            ema=ema,
             log=lambda message: console().log(message),
         )
     emit_record(audit.to_record(), out=out, as_json=as_json, render=lambda _: render_bound(audit), indent=None)

@@ -8,7 +8,7 @@ import math
 import click
 
 from harness.audit.gumbel_audit import DEFAULT_DRAWS, GPT2_VOCAB, MDLM_ELEMENT_BUDGET
-from harness.cli.options import out_option
+from harness.cli.options import command, dtype_option, json_option, method_option, option, out_option, seed_option
 
 
 def _parse_probs(ctx, param, value: str | None) -> list[float] | None:
@@ -27,28 +27,7 @@ def _parse_probs(ctx, param, value: str | None) -> list[float] | None:
     return probs
 
 
-def _parse_list(allowed: tuple[str, ...] | None, what: str):
-    def parse(ctx, param, value: str) -> list[str]:
-        from harness.errors import PrimebenchError
-        from harness.sampling.categorical import parse_dtype
-
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        if not items:
-            raise click.BadParameter(f"give at least one {what}")
-        for item in items:
-            if allowed is not None and item not in allowed:
-                raise click.BadParameter(f"unknown {what} {item!r}; choose from {', '.join(allowed)}")
-            if allowed is None:
-                try:
-                    parse_dtype(item)
-                except PrimebenchError:
-                    raise click.BadParameter(f"unsupported dtype {item!r}; use float32 and/or float64") from None
-        return items
-
-    return parse
-
-
-@click.command("gumbel")
+@command("gumbel", aliases={"--methods": "--method", "--draws": "--samples"})
 @click.option(
     "--probs",
     default=None,
@@ -63,39 +42,26 @@ def _parse_list(allowed: tuple[str, ...] | None, what: str):
     metavar="K",
     help="Audit MDLM's ancestral step K of T instead (peaked and flat token distributions).",
 )
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="T for --mdlm-step. [default: 1024]")
+@option("--steps", "T for --mdlm-step. [default: 1024]", type=click.IntRange(min=1), default=None)
 @click.option(
     "--vocab",
     type=click.IntRange(min=2),
     default=None,
     help=f"Vocabulary size V for --mdlm-step. [default: {GPT2_VOCAB}, GPT-2]",
 )
-@click.option(
-    "--dtype",
-    "dtypes",
-    default="float32,float64",
-    show_default=True,
-    callback=_parse_list(None, "dtype"),
-    help="Precisions of the uniforms, comma-separated.",
-)
-@click.option(
-    "--methods",
-    default="gumbel,race,mdlm-legacy",
-    show_default=True,
-    callback=_parse_list(("gumbel", "race", "mdlm-legacy"), "method"),
-    help="sample_categorical methods, comma-separated.",
-)
-@click.option(
-    "--draws",
+@dtype_option("float32,float64", many=True, detail="Precisions of the uniforms.")
+@method_option("gumbel,race,mdlm-legacy", many=True)
+@option(
+    "--samples",
+    f"Draws per method and dtype. [default: {DEFAULT_DRAWS:,}; with --mdlm-step at most "
+    f"{MDLM_ELEMENT_BUDGET:,} / (V + 1), i.e. 333 at V = 50257]",
     type=click.IntRange(min=1),
     default=None,
-    help=f"Draws per method and dtype. [default: {DEFAULT_DRAWS:,}; with --mdlm-step at most "
-    f"{MDLM_ELEMENT_BUDGET:,} / (V + 1), i.e. 333 at V = 50257]",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws (and of the Zipf ranks).")
+@seed_option("Of the draws (and of the Zipf ranks).")
 @out_option()
-@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON instead of the table.")
-def gumbel_cmd(probs, mdlm_step, steps, vocab, dtypes, methods, draws, seed, out, as_json):
+@json_option()
+def gumbel_cmd(probs, mdlm_step, steps, vocab, dtypes, methods, samples, seed, out, as_json):
     """What a float32/float64 Gumbel-max draw really samples: intended vs Zheng et al.'s Prop. 5.2 vs the
     torch.rand grid model vs empirical frequencies, with KL and entropy (nats)."""
     from harness.audit.gumbel_audit import gumbel_audit
@@ -118,7 +84,7 @@ def gumbel_cmd(probs, mdlm_step, steps, vocab, dtypes, methods, draws, seed, out
         vocab=vocab,
         dtypes=dtypes,
         methods=methods,
-        draws=draws,
+        draws=samples,
         seed=seed,
         log=lambda message: console().log(message),
     )

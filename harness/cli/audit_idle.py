@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import int_list, out_option
+from harness.cli.options import command, json_option, option, out_option, seed_option
+from harness.cli.parsing import int_list
 
 
 def _parse_ells(ctx, param, value: str) -> list[int]:
@@ -14,18 +15,19 @@ def _parse_ells(ctx, param, value: str) -> list[int]:
     return int_list(value, example="1,2,3,4,6,8")
 
 
-@click.command("idle")
-@click.option(
-    "--length", "-L", default=1024, show_default=True, type=click.IntRange(min=1), help="Sequence length L in tokens."
+@command(
+    "idle",
+    aliases={
+        "--length": "--seq-len",
+        "-L": "--seq-len",
+        "--batch": "--batch-size",
+        "-B": "--batch-size",
+        "--runs": "--samples",
+        "-R": "--samples",
+    },
 )
-@click.option(
-    "--steps",
-    "-T",
-    default=1024,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Sampling steps T of the ancestral sampler.",
-)
+@option("--seq-len", default=1024, show_default=True, type=click.IntRange(min=1))
+@option("--steps", "Of the ancestral sampler.", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--ell",
     "ells",
@@ -37,29 +39,26 @@ def _parse_ells(ctx, param, value: str) -> list[int]:
 @click.option(
     "--schedule", default="linear", show_default=True, help="Masking schedule: linear, loglinear or polynomial:K."
 )
-@click.option(
-    "--batch",
-    "-B",
+@option(
+    "--batch-size",
+    "B of the whole-batch idle ratio (the paper's numbers are B = 1).",
     default=1,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Batch size B for the whole-batch idle ratio (the paper's numbers are B = 1).",
 )
-@click.option(
-    "--runs",
-    "-R",
+@option(
+    "--samples",
+    "Runs of the real ancestral sampler per ell for the measured column, one sequence each (the paper "
+    "averaged 10; 0 skips it). Cost grows with samples * T * L * ell: at L = T = 1024 the six default ells "
+    "take ~40 s with 10 on 2 idle CPU cores, several times that on a loaded machine (then use e.g. --samples 3).",
     default=10,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Runs of the real ancestral sampler per ell for the measured column, one sequence each "
-    "(the paper averaged 10; 0 skips it). Cost grows with runs * T * L * ell: at L = T = 1024 "
-    "the six default ells take ~40 s with 10 runs on 2 idle CPU cores, several times that on "
-    "a loaded machine (then use e.g. --runs 3).",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the measured runs.")
+@seed_option("Of the measured runs.")
 @out_option()
-@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON instead of the table.")
-def idle_cmd(length, steps, ells, schedule, batch, runs, seed, out, as_json):
+@json_option()
+def idle_cmd(seq_len, steps, ells, schedule, batch_size, samples, seed, out, as_json):
     """Idle-step ratio (ISR) of T-step ancestral sampling for each ell: analytic, whole-batch, expected
     NFE with caching, and measured through the real sampler (MDM-Prime Table 1 / Fig. 2)."""
     from harness.audit.idle_measure import idle_audit
@@ -68,12 +67,12 @@ def idle_cmd(length, steps, ells, schedule, batch, runs, seed, out, as_json):
     from harness.views import render_idle
 
     audit = idle_audit(
-        length=length,
+        length=seq_len,
         steps=steps,
         ells=ells,
         schedule=schedule,
-        batch=batch,
-        runs=runs,
+        batch=batch_size,
+        runs=samples,
         seed=seed,
         log=lambda message: console().log(message),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import device_option, out_option
+from harness.cli.options import device_option, json_option, out_option
 
 STAGES = ("gemm", "forward", "train_step", "nll_cost", "sampling", "precision_cost", "judge")
 
@@ -15,8 +15,8 @@ STAGES = ("gemm", "forward", "train_step", "nll_cost", "sampling", "precision_co
 )
 @click.option("--stages", default=",".join(STAGES), show_default=True, help="Comma-separated stages to run.")
 @device_option()
-@out_option("Write bench.json (the record) and README.md (the table) into this folder.")
-@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@out_option("bench.json (the record) and README.md (the table) are written into it.")
+@json_option()
 def bench_cmd(quick, stages, device, out, as_json):
     """Measure speed and memory ratios, each beside its target (pass / short)."""
     import json

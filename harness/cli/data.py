@@ -6,6 +6,8 @@ import json
 
 import click
 
+from harness.cli.options import json_option, option
+
 
 @click.group("data")
 def data_group():
@@ -14,8 +16,8 @@ def data_group():
 
 @data_group.command("info")
 @click.argument("corpus")
-@click.option("--tokenizer", default=None, help="Also count tokens with this tokenizer (bytes, bpe:V, gpt2, hf:NAME).")
-@click.option("--json", "as_json", is_flag=True)
+@option("--tokenizer", "Also count tokens with it.", default=None)
+@json_option()
 def info_cmd(corpus, tokenizer, as_json):
     """Documents, characters, tokens and vocabulary statistics of CORPUS (e.g. wiki-embedded)."""
     from harness.data import corpus_info, get_corpus, get_tokenizer

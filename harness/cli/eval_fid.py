@@ -8,16 +8,28 @@ from pathlib import Path
 import click
 
 from harness.cli.emit import emit_record
-from harness.cli.options import device_option, draw_option, out_option
+from harness.cli.options import (
+    carry_over_option,
+    device_option,
+    draw_option,
+    dtype_option,
+    ema_option,
+    json_option,
+    method_option,
+    option,
+    out_option,
+    seed_option,
+)
 
 
 @click.command("fid")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--samples", "-n", type=click.IntRange(min=1), default=1000, show_default=True)
+@option("--samples", type=click.IntRange(min=2), default=1000, show_default=True)
 @click.option(
     "--reference",
     default=None,
-    help="DATASET:SPLIT, e.g. digits:train, mnist5k:train, cifar10:PATH:train [default: the checkpoint's dataset, train split].",
+    help="DATASET:SPLIT, e.g. digits:train, mnist5k:train, cifar10:PATH:train [default: the checkpoint's "
+    "dataset, train split].",
 )
 @click.option(
     "--features",
@@ -30,12 +42,8 @@ from harness.cli.options import device_option, draw_option, out_option
     default="torch-fidelity",
     show_default=True,
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="Images per sampling and feature batch.",
+@option(
+    "--batch-size", "Images per sampling and feature batch.", type=click.IntRange(min=1), default=256, show_default=True
 )
 @click.option(
     "--inception-weights",
@@ -46,12 +54,14 @@ from harness.cli.options import device_option, draw_option, out_option
 @click.option(
     "--classifier-seed", type=int, default=0, show_default=True, help="Training seed of the digit classifier features."
 )
-@click.option("--sampler", default=None, help="Sampler [default: the family's].")
-@click.option("--steps", "-T", type=click.IntRange(min=1), default=None, help="Sampling steps [default: L].")
-@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float64", show_default=True)
-@click.option("--method", type=click.Choice(["gumbel", "race", "mdlm-legacy"]), default="gumbel", show_default=True)
+@option("--sampler")
+@option("--steps", "[default: L].", type=click.IntRange(min=1), default=None)
+@dtype_option("float64")
+@method_option("gumbel")
 @draw_option()
-@click.option("--seed", type=int, default=0, show_default=True)
+@carry_over_option()
+@ema_option()
+@seed_option()
 @click.option(
     "--paper-protocol",
     is_flag=True,
@@ -59,50 +69,10 @@ from harness.cli.options import device_option, draw_option, out_option
 )
 @device_option()
 @out_option()
-@click.option("--json", "as_json", is_flag=True)
-def fid_cmd(
-    checkpoint,
-    samples,
-    reference,
-    features,
-    backend,
-    batch_size,
-    inception_weights,
-    classifier_seed,
-    sampler,
-    steps,
-    dtype,
-    method,
-    draw,
-    seed,
-    paper_protocol,
-    device,
-    out,
-    as_json,
-):
+@json_option()
+def fid_cmd(checkpoint, out, as_json, **settings):
     """FID of CHECKPOINT's samples against a reference set, in a named feature space (IS too for Inception)."""
     from harness.fid.evaluate import run_fid
     from harness.views import render_fid
 
-    for name, value in (("--samples", samples), ("--batch-size", batch_size)):
-        if value < (2 if name == "--samples" else 1):
-            raise click.BadParameter("too small", param_hint=name)
-    record = run_fid(
-        checkpoint,
-        reference=reference,
-        features=features,
-        backend=backend,
-        samples=samples,
-        batch_size=batch_size,
-        sampler=sampler,
-        steps=steps,
-        dtype=dtype,
-        method=method,
-        seed=seed,
-        inception_weights=inception_weights,
-        classifier_seed=classifier_seed,
-        device=device,
-        paper_protocol=paper_protocol,
-        draw=draw,
-    )
-    emit_record(record, out=out, as_json=as_json, render=render_fid)
+    emit_record(run_fid(checkpoint, **settings), out=out, as_json=as_json, render=render_fid)

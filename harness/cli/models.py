@@ -6,9 +6,11 @@ import json
 
 import click
 
+from harness.cli.options import json_option
+
 
 @click.command("models")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def models_cmd(as_json):
     """List the registered model families and what their likelihood is."""
     from harness.models import MODELS, family_names

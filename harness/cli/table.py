@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import click
 
+from harness.cli.options import option
+
 # Kept here so that `primebench --help` imports no views; tests check them against harness.views.
 _LAYOUTS = ("ppl", "zeroshot", "genppl", "precision", "idle", "fid", "bound")
 _FORMATS = ("rich", "md", "latex", "csv")
+_SUFFIX = {"rich": ".txt", "md": ".md", "latex": ".tex", "csv": ".csv"}
 
 
 @click.command("table")
@@ -26,13 +29,7 @@ _FORMATS = ("rich", "md", "latex", "csv")
     show_default=True,
     help="rich (terminal), md (Markdown), latex (booktabs tabular), csv (plain values).",
 )
-@click.option(
-    "--out",
-    "out",
-    type=click.Path(dir_okay=False, path_type=str),
-    default=None,
-    help="Write the table to this file instead of stdout.",
-)
+@option("--out", "The table is written into it as TABLE.EXT (ppl.md, zeroshot.tex, ...).", default=None)
 def table_cmd(records, layout, fmt, out):
     """Render a paper-style table from RECORDS (JSON record files or folders of them).
 
@@ -64,7 +61,7 @@ def table_cmd(records, layout, fmt, out):
         from harness.io import atomic_write_text
         from harness.logging import console
 
-        path = Path(out)
+        path = _table_path(Path(out), layout, fmt)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, render(table, fmt))
         console().log(f"wrote {path} ({layout} table, {fmt}, {table.records} records)")
@@ -74,6 +71,21 @@ def table_cmd(records, layout, fmt, out):
         stdout_console().print(to_rich(table))
     else:
         click.echo(render(table, fmt), nl=False)
+
+
+def _table_path(out, layout: str, fmt: str):
+    """``--out`` is a folder; the table is ``LAYOUT.EXT`` inside. A path ending in a table suffix that is
+    not a folder is the old meaning (a file), still accepted for one release with a deprecation line."""
+    from harness.checks import check_out_folder
+
+    if out.suffix in set(_SUFFIX.values()) and not out.is_dir():
+        click.echo(
+            f"warning: --out FILE is deprecated; --out is a folder (the table goes to {out.parent}/LAYOUT.EXT)",
+            err=True,
+        )
+        return out
+    check_out_folder(out)
+    return out / f"{layout}{_SUFFIX[fmt]}"
 
 
 COMMANDS = [table_cmd]

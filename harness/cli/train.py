@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import device_option, out_option
+from harness.cli.options import device_option, json_option, out_option
 
 
 @click.command("train", context_settings={"ignore_unknown_options": False})
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
-@out_option("Checkpoint folder [default: results/runs/NAME].")
+@out_option("The checkpoint folder [default: results/runs/NAME].")
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out exactly where it stopped.")
 @click.option("--restart", is_flag=True, help="Discard the run saved in --out (weights, state, log) and start over.")
 @click.option(
@@ -22,8 +22,8 @@ from harness.cli.options import device_option, out_option
     default=None,
     help="Stop (with a checkpoint) after this many steps in this invocation.",
 )
-@device_option(default=None, help="cpu or cuda[:N] [default: cuda when available].")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@device_option(default=None, detail="[default: cuda when available].")
+@json_option()
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train_cmd(config, overrides, out, resume, restart, stop_after, device, as_json, quiet):
     """Train CONFIG (a preset such as tiny/arm, or a YAML path) with dotted OVERRIDES (train.steps=200).

@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import click
 
-from harness.cli.options import out_option
+from harness.cli.options import command, ema_option, option, out_option
 
 
-@click.command("import")
+@command("import", aliases={"--format": "--source-format"})
 @click.argument("source")
 @click.option(
-    "--format",
+    "--source-format",
     "fmt",
     type=click.Choice(["mdlm-hf", "mdlm-ckpt", "prime-ckpt", "ar-ckpt", "hf-causal"]),
     default=None,
     help="Layout of SOURCE [default: from its prefix, e.g. mdlm-ckpt:FILE].",
 )
-@out_option("Folder to write (new or empty): safetensors weights, config.json, tokenizer.", required=True)
-@click.option("--ema/--no-ema", default=True, show_default=True, help="Keep a .ckpt's EMA weights or its raw ones.")
-@click.option(
+@out_option("New or empty; safetensors weights, config.json and the tokenizer are written into it.", required=True)
+@ema_option("Of a .ckpt (the weights kept).")
+@option(
     "--tokenizer",
-    "tokenizer",
+    "Of a release checkpoint with no tokenizer files beside it [default: the files beside it, else gpt2 for "
+    "C = 50257].",
     default=None,
     metavar="SPEC",
-    help="Tokenizer of a release checkpoint with no tokenizer files beside it (any --tokenizer spec) "
-    "[default: the files beside it, else gpt2 for C = 50257].",
 )
 def import_cmd(source, fmt, out, ema, tokenizer):
     """Convert a published checkpoint into a folder every command takes as a plain path."""
@@ -36,8 +35,8 @@ def import_cmd(source, fmt, out, ema, tokenizer):
 
 @click.command("export")
 @click.argument("checkpoint")
-@out_option("Folder to write (new or empty): model.safetensors, config.json, tokenizer.", required=True)
-@click.option("--ema/--no-ema", default=True, show_default=True, help="Export the EMA weights or the raw ones.")
+@out_option("New or empty; model.safetensors, config.json and the tokenizer are written into it.", required=True)
+@ema_option()
 def export_cmd(checkpoint, out, ema):
     """Write a checkpoint trained here as an HF-style folder (safetensors + config.json)."""
     from harness.models.transfer import export_checkpoint

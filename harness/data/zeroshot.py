@@ -42,7 +42,7 @@ from pathlib import Path
 
 from harness.data.corpora import Corpus, get_corpus, make_corpus, parse_corpus_split
 from harness.data.detokenizers import DETOKENIZERS, get_detokenizer
-from harness.errors import DataError, OfflineError
+from harness.errors import DataError, InputError, OfflineError
 from harness.registry import Registry
 
 LOCAL_SPLIT = "all"
@@ -63,7 +63,7 @@ class ZeroShotPreset:
 
     def __post_init__(self) -> None:
         if self.detokenizer not in DETOKENIZERS:
-            raise ValueError(f"preset {self.name!r}: unknown detokenizer {self.detokenizer!r}")
+            raise InputError(f"preset {self.name!r}: unknown detokenizer {self.detokenizer!r}")
 
     @property
     def hf_spec(self) -> str:

@@ -245,7 +245,7 @@ def run_genppl(
         model.seq_len = original
     rows = gather_rows(rows, info.world)
     walls = distributed.all_reduce_sum(torch.tensor([sample_wall], dtype=torch.float64))
-    if sampler_protocol is None:  # this rank drew no batch: take the protocol from a 1-sample dry run
+    if sampler_protocol is None:  # this rank drew no batch: another rank's protocol is gathered below
         sampler_protocol = {}
     if info.world > 1:
         import torch.distributed as dist

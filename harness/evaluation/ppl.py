@@ -3,15 +3,20 @@
 The per-token NLL is total nats / total scored tokens over the whole set (MDLM's token-weighted
 convention), never a mean of per-sequence perplexities; the last partial batch is scored too.
 Its standard error combines the per-sequence Monte-Carlo standard errors (zero when exact).
+``docs/ppl-trace.md`` follows ``primebench eval ppl`` from the command to the record, hop by hop.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 
 from harness.metrics.nll import NLLAccumulator, PerplexityResult
+from harness.models.base import Estimator
+from harness.records import Metric
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -25,42 +30,43 @@ def evaluate_nll(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     *,
+    estimators: Sequence[str] | None = None,
+    time_sampler: str | None = None,
     batch_size: int = 16,
     num_samples: int = 1,
     seed: int = 0,
-    nll_kwargs: dict | None = None,
+    corruptible: torch.Tensor | None = None,
     rank: int = 0,
     world: int = 1,
-    corruptible: torch.Tensor | None = None,
-    estimators: list[str] | None = None,
-) -> PerplexityResult | list[PerplexityResult]:
-    """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted.
+) -> list[PerplexityResult]:
+    """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted: one
+    :class:`~harness.metrics.nll.PerplexityResult` per name of ``estimators`` (None: the family's
+    default estimator alone), all from the same corruptions and forward passes.
 
-    Batches are fixed slices of ``batch_size`` rows, each with its own seeded generator, and batch
-    b is scored by rank ``b % world``; the reduced result is therefore the same for any number of
-    ranks (up to the order of float64 sums). ``corruptible`` (N, L) bool: the positions scored (and,
-    for diffusion families, the only ones ever masked); the others are given context.
-    ``estimators``: several estimators scored from the same corruptions and forward passes
-    (``model.nll_many``); a list of results comes back, equal to separate runs with the same seed.
+    ``attention_mask`` (N, L): the real tokens. ``corruptible`` (N, L) bool: the positions scored
+    (and, for diffusion families, the only ones ever masked); the others are given context.
+    ``time_sampler`` and ``num_samples`` go to ``model.nll`` (see ``model.time_sampler``). Batches
+    are fixed slices of ``batch_size`` rows, each with its own seeded generator, and batch b is
+    scored by rank ``b % world``; the reduced result is therefore the same for any number of ranks
+    (up to the order of float64 sums).
     """
+    names = [model.estimators[0].name] if estimators is None else list(estimators)
     model.eval()
-    accs = [NLLAccumulator() for _ in (estimators or [None])]
+    accs = [NLLAccumulator() for _ in names]
+    device = model.device
     for index, start in enumerate(range(0, input_ids.shape[0], batch_size)):
         if index % world != rank:
             continue
-        g = torch.Generator(device=model.device).manual_seed(batch_seed(seed, index))
-        x = input_ids[start : start + batch_size].to(model.device)
-        m = None if attention_mask is None else attention_mask[start : start + batch_size].to(model.device)
-        kw = dict(nll_kwargs or {})
-        if corruptible is not None:
-            kw["corruptible"] = corruptible[start : start + batch_size].to(model.device)
-        if estimators:
-            kw.pop("estimator", None)
-            results = model.nll_many(
-                x, estimators=estimators, num_samples=num_samples, generator=g, attention_mask=m, **kw
-            )
-        else:
-            results = [model.nll(x, num_samples=num_samples, generator=g, attention_mask=m, **kw)]
+        rows = slice(start, start + batch_size)
+        results = model.nll(
+            input_ids[rows].to(device),
+            estimators=names,
+            num_samples=num_samples,
+            generator=torch.Generator(device=device).manual_seed(batch_seed(seed, index)),
+            attention_mask=None if attention_mask is None else attention_mask[rows].to(device),
+            corruptible=None if corruptible is None else corruptible[rows].to(device),
+            time_sampler=time_sampler,
+        )
         for acc, res in zip(accs, results):
             acc.update(res)
     if world > 1:
@@ -72,34 +78,44 @@ def evaluate_nll(
             known = [k for k in kinds if k[0] is not None]
             acc.kind, acc.num_samples = known[0]
             acc.all_reduce()
-    out = [acc.compute() for acc in accs]
-    return out if estimators else out[0]
+    return [acc.compute() for acc in accs]
 
 
-def estimator_plan(model, estimator: str):
+def estimator_plan(model, estimator: str) -> list[Estimator]:
     """The family's estimators that ``--estimator`` asks for: default (the first), both (all), or one by name."""
+    from harness.errors import InputError
     from harness.models import families_offering
 
-    if estimator == "default":
-        return [model.estimators[0]]
-    if estimator == "both":
-        return list(model.estimators)
-    if any(e.name == estimator for e in model.estimators):
-        return [model.estimator(estimator)]
+    if estimator in ("default", "both"):
+        return list(model.estimators[: 1 if estimator == "default" else None])
+    plan = [e for e in model.estimators if e.name == estimator]
+    if plan:
+        return plan
     offering = families_offering(estimator)
     if offering:
-        raise ValueError(
-            f"--estimator {estimator!r} only applies to {', '.join(offering)} checkpoints; this is {model.family!r}"
+        raise InputError(
+            f"--estimator {estimator!r} only applies to {', '.join(offering)} checkpoints; this is {model.family!r}",
+            fix=f"use default, both, or one of {[e.name for e in model.estimators]}",
         )
-    raise ValueError(
-        f"unknown estimator {estimator!r}: use default, both, or one of {[e.name for e in model.estimators]}"
+    raise InputError(
+        f"unknown estimator {estimator!r}",
+        fix=f"use default, both, or one of {[e.name for e in model.estimators]}",
     )
+
+
+class Scored(NamedTuple):
+    """What :func:`score_rows` returns: the ``metrics`` by name, the ``protocol`` fields shared by
+    text and image records, and the ``kinds`` of the estimators scored (by metric suffix)."""
+
+    metrics: dict[str, Metric]
+    protocol: dict[str, Any]
+    kinds: dict[str, str]
 
 
 def score_rows(
     model,
-    ids,
-    mask,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
     *,
     estimator: str,
     time_sampler: str | None,
@@ -110,67 +126,42 @@ def score_rows(
     units: tuple[str, str],
     exp_name: str,
     ignore_bos: bool = False,
-) -> tuple[dict, dict]:
-    """Score every row with each planned estimator: (metrics, protocol fields shared by text and images).
+) -> Scored:
+    """Score every row of ``ids`` (N, L) (real tokens ``mask`` (N, L)) with each estimator that
+    ``estimator`` plans (:func:`estimator_plan`), all in one :func:`evaluate_nll` pass.
 
-    ``ignore_bos``: position 0 of every row is given context, never masked and never scored
-    (BD3-LMs' ``ignore_bos``, which their zero-shot numbers use).
-
-    ``units``: the (nll, per-unit) names, e.g. ("nats/token", "perplexity"); ``exp_name`` names the
-    second metric (``ppl``, or ``bpd`` for images, which is nats / ln 2 rather than exp).
+    ``time_sampler``: None for the family's default (``model.time_sampler``). ``info``: the rank
+    and world of :func:`harness.distributed.setup`. ``ignore_bos``: position 0 of every row is
+    given context, never masked and never scored (BD3-LMs' ``ignore_bos``, which their zero-shot
+    numbers use). ``units``: the (nll, per-unit) names, e.g. ("nats/token", "perplexity");
+    ``exp_name`` names the second metric (``ppl``, or ``bpd`` for images, which is nats / ln 2
+    rather than exp).
     """
     from harness.diffusion import TIME_SAMPLERS
-    from harness.records import Metric
 
     plan = estimator_plan(model, estimator)
-    sampler = (time_sampler or model.default_time_sampler) if model.uses_time_sampler else None
-    metrics: dict[str, Metric] = {}
-    first = None
-    corruptible = None
-    if ignore_bos:
-        corruptible = mask.bool().clone()
-        corruptible[:, 0] = False
-    shared = len(plan) > 1 and hasattr(model, "nll_many")  # one forward pass for all the estimators
-    results = (
-        evaluate_nll(
-            model,
-            ids,
-            mask,
-            batch_size=batch_size,
-            num_samples=mc_samples,
-            seed=seed,
-            nll_kwargs={"time_sampler": sampler},
-            rank=info.rank,
-            world=info.world,
-            corruptible=corruptible,
-            estimators=[e.name for e in plan],
-        )
-        if shared
-        else None
+    sampler = model.time_sampler(time_sampler)
+    results = evaluate_nll(
+        model,
+        ids,
+        mask,
+        estimators=[est.name for est in plan],
+        time_sampler=sampler,
+        batch_size=batch_size,
+        num_samples=mc_samples,
+        seed=seed,
+        corruptible=_first_given(mask) if ignore_bos else None,
+        rank=info.rank,
+        world=info.world,
     )
-    for i, est in enumerate(plan):
-        res = (
-            results[i]
-            if shared
-            else evaluate_nll(
-                model,
-                ids,
-                mask,
-                batch_size=batch_size,
-                num_samples=mc_samples,
-                seed=seed,
-                nll_kwargs={"estimator": est.name, "time_sampler": sampler},
-                rank=info.rank,
-                world=info.world,
-                corruptible=corruptible,
-            )
-        )
-        first = first or res
+    metrics: dict[str, Metric] = {}
+    for est, res in zip(plan, results):
         metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
         if exp_name == "bpd":
             metrics[f"bpd{est.suffix}"] = Metric(res.bits_per_token, res.stderr / math.log(2), res.kind, units[1])
         else:
             metrics[f"ppl{est.suffix}"] = Metric(res.ppl, res.ppl * res.stderr, res.kind, units[1])
+    first = results[0]
     protocol = {
         "tokens_scored": first.tokens,
         "batch_size": batch_size,
@@ -181,7 +172,7 @@ def score_rows(
         "schedule": model.hparams.get("schedule"),
         "ignore_bos": bool(ignore_bos),
     }
-    return metrics, protocol, {est.suffix or "nll": est.kind for est in plan}
+    return Scored(metrics, protocol, {est.suffix or "nll": est.kind for est in plan})
 
 
 def _image_spec(data: str | None, cfg) -> str | None:
@@ -300,6 +291,7 @@ def run_ppl(
     from harness.data import get_packed
     from harness.errors import DataError
     from harness.evaluation import load_for_evaluation
+    from harness.evaluation.references import text_references, warn_if_not_learned
     from harness.records import make_record, model_block
 
     t0 = _time.time()
@@ -404,61 +396,8 @@ def run_ppl(
     return record
 
 
-def warn_if_not_learned(record: dict) -> bool:
-    """Say on stderr when the record's NLL is not below the unigram reference of its tokens."""
-    from harness.logging import console
-    from harness.metrics.references import NOT_LEARNED, no_better_than_unigram
-
-    nll = record["metrics"].get("nll")
-    refs = record.get("references")
-    if nll is None or not no_better_than_unigram(nll["value"], refs):
-        return False
-    console().print(
-        f"[yellow]warning:[/] {record['model']['name']}: NLL {nll['value']:.4f} is {NOT_LEARNED} "
-        f"(unigram reference {refs['unigram']['nll']['value']:.4f} nats/token on the same tokens)"
-    )
-    return True
-
-
 def _first_given(mask: torch.Tensor) -> torch.Tensor:
     """``corruptible`` of ``--ignore-bos``: every real token but the first of each row."""
     corruptible = mask.bool().clone()
     corruptible[:, 0] = False
     return corruptible
-
-
-def text_references(
-    dataset, cfg, tokenizer, ids, mask, scored, *, seq_len: int, packing: dict, tokens_scored: float
-) -> dict:
-    """The unigram and bigram references of the scored tokens, fitted on a train split packed as the
-    scored data: the scored corpus's train split when it has one other than the scored split, else
-    the checkpoint's own training corpus (named in ``fit_on``, with a note)."""
-    from harness.data import get_packed
-    from harness.data.corpora import get_corpus
-    from harness.errors import DataError
-    from harness.metrics.references import fit_counts, references_block
-
-    train = cfg.data.train_split
-    note = None
-    if train in dataset.corpus.splits and train != dataset.split and dataset.corpus.splits[train]:
-        corpus = dataset.corpus
-    else:
-        corpus = get_corpus(cfg.data.corpus)
-        note = (
-            f"{dataset.name} has no {train!r} split apart from the scored one; the references are fitted on "
-            f"the checkpoint's training corpus {cfg.data.corpus}:{train}"
-        )
-        if train not in corpus.splits or not corpus.splits[train]:
-            raise DataError(
-                f"no train split to fit the unigram/bigram references on ({dataset.name}, {cfg.data.corpus})",
-                fix="evaluate with --no-references, or on a corpus with a train split",
-            )
-    fit = get_packed(corpus, train, tokenizer=tokenizer, seq_len=seq_len, **packing)
-    counts = fit_counts(fit.input_ids, fit.attention_mask, vocab_size=tokenizer.vocab_size)
-    block = references_block(counts, ids, scored, mask, fit_on=f"{corpus.spec}:{train}", note=note)
-    if block["tokens_scored"] != int(tokens_scored):
-        raise RuntimeError(
-            f"the references counted {block['tokens_scored']} tokens where the model scored "
-            f"{int(tokens_scored)}: the family's scored_positions disagrees with its nll"
-        )
-    return block

@@ -201,12 +201,21 @@ def fid_record(
 
 
 def run_fid(
-    checkpoint: Path, *, reference: str | None = None, paper_protocol: bool = False, device: str = "cpu", **kwargs
+    checkpoint: Path,
+    *,
+    reference: str | None = None,
+    paper_protocol: bool = False,
+    device: str = "cpu",
+    ema: bool = True,
+    carry_over: bool | None = None,
+    **kwargs,
 ) -> dict[str, Any]:
     """Load an image checkpoint and return its FID record (other keywords as :func:`fid_record`).
 
     ``reference`` None: the checkpoint's dataset, train split. ``paper_protocol``: the CIFAR-10
     train split of ``reference`` with the samples, features and backend of :data:`PAPER_PROTOCOL`.
+    ``ema``: sample from the EMA weights (default) or the raw ones; ``carry_over``: override Prime's
+    carry-over (None: as trained). Both are recorded.
     """
     from harness.evaluation import load_for_evaluation
     from harness.records import model_block
@@ -214,10 +223,10 @@ def run_fid(
     if paper_protocol:
         reference = paper_reference(reference)
         kwargs.update({k: PAPER_PROTOCOL[k] for k in ("samples", "features", "backend")})
-    _, model, _, cfg = load_for_evaluation(checkpoint, device)
+    _, model, _, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
     layout = image_layout(cfg.data.corpus)
     reference = reference or default_reference(cfg.data.corpus)
-    return fid_record(
+    record = fid_record(
         model,
         layout,
         reference=reference,
@@ -226,3 +235,5 @@ def run_fid(
         paper_protocol=paper_protocol,
         **kwargs,
     )
+    record["protocol"]["weights"] = "EMA" if ema else "raw"
+    return record

@@ -97,11 +97,7 @@ class PrimebenchLM(LM):
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         time_conditioned = bool(model.time_conditioning)
-        self.time_sampler = (time_sampler or ("t" if time_conditioned else "n")) if model.uses_time_sampler else None
-        if self.time_sampler not in (None, *TIME_SAMPLERS):
-            raise PrimebenchError(
-                f"unknown time sampler {time_sampler!r}", fix="use 'n' (mask count) or 't' (MDLM time)"
-            )
+        self.time_sampler = model.time_sampler(time_sampler, unbiased=True)
         if self.time_sampler == "n" and time_conditioned:
             raise PrimebenchError(
                 "the mask-count estimator needs a time-independent network; this one is time-conditioned",

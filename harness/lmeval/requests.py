@@ -7,6 +7,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.errors import InputError
+
 DEFAULT_MAX_GEN_TOKS = 32
 REQUEST_TYPES = ("loglikelihood", "loglikelihood_rolling", "generate_until")
 
@@ -73,7 +75,7 @@ def canvas_view(model, length: int):
     canvas of exactly context + max_gen_toks positions without touching the samplers.
     """
     if not 1 <= length <= model.seq_len:
-        raise ValueError(f"canvas length {length} must lie in [1, {model.seq_len}]")
+        raise InputError(f"canvas length {length} must lie in [1, {model.seq_len}]")
     view = copy.copy(model)
     view.seq_len = int(length)
     return view

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.errors import InputError
 from harness.metrics.base import Accumulator
 
 
@@ -72,7 +73,7 @@ class GenPPL(Accumulator):
         a = torch.tensor(self.nats, dtype=torch.float64)
         n = torch.tensor(self.counts, dtype=torch.float64)
         if n.numel() == 0 or n.sum() <= 0:
-            raise ValueError("Gen PPL needs at least one scored judge token")
+            raise InputError("Gen PPL needs at least one scored judge token")
         ratio = float(a.sum() / n.sum())
         N = a.numel()
         if N > 1:

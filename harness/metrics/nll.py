@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.errors import InputError
 from harness.metrics.base import Accumulator
 
 
@@ -86,7 +87,7 @@ class NLLAccumulator(Accumulator):
 
     def compute(self) -> PerplexityResult:
         if self.tokens <= 0:
-            raise ValueError("no tokens were scored")
+            raise InputError("no tokens were scored")
         n = int(self.sequences)
         if self.kind == "exact":
             stderr, method = 0.0, "exact"

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.errors import InputError
+
 #: the discount of the bigram's interpolated absolute discounting
 BIGRAM_DISCOUNT = 0.75
 SMOOTHING = {
@@ -56,7 +58,7 @@ def fit_counts(ids: torch.Tensor, mask: torch.Tensor | None, *, vocab_size: int)
     ids = ids.long()
     real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(f"token ids outside [0, {vocab_size})")
+        raise InputError(f"token ids outside [0, {vocab_size})")
     n = torch.bincount(ids[real], minlength=vocab_size).double()
     pair = real[:, :-1] & real[:, 1:]
     keys = ids[:, :-1][pair] * vocab_size + ids[:, 1:][pair]
@@ -99,7 +101,7 @@ def reference_nlls(
     scored = scored.bool()
     tokens = int(scored.sum())
     if tokens == 0:
-        raise ValueError("no scored tokens")
+        raise InputError("no scored tokens")
     x = ids[scored]
     return {
         "unigram": float(-unigram_log_probs(counts, x).sum() / tokens),

@@ -11,8 +11,11 @@ Families are registered by name (``arm``, ``mdlm``, ``masked``, ``prime``) and b
     m.nll(x0)             # typed NLL: per-sequence nats, token count, kind, standard error
 
 Every family implements ``log_probs(z_t, t)`` -> (B, L, C) log p_theta(x_0^i = c | z_t),
-``loss(x0, *, generator, attention_mask)`` -> scalar and ``nll(x0, *, num_samples, generator,
-attention_mask, corruptible, estimator, time_sampler)`` -> :class:`harness.nll.NLL`.
+``loss(x0, *, generator, attention_mask)`` -> scalar and ``nll(x0, *, estimators, num_samples,
+generator, attention_mask, corruptible, time_sampler)`` -> :class:`harness.nll.NLL` (one per name
+of ``estimators``, a list, when they are given), and says its time sampler (``time_sampler()``).
+Code outside the families reaches a family's own pieces through its class (``family_class(name)``),
+never by importing the family's package.
 """
 
 from __future__ import annotations

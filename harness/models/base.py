@@ -8,6 +8,8 @@ the records read these class attributes instead of comparing family names:
   control that the precision audit runs beside it;
 * ``estimators``: the likelihood numbers it offers, in order (the first is the default), each with
   its kind (exact / bound / paper-objective);
+* ``time_sampler()``: the corruption draw its ``nll`` uses ("t" or "n"; None when its NLL is exact),
+  the one place that default is decided;
 * ``token_convention``: which tokens a row's NLL counts;
 * ``protocol()`` and ``label()``: what a record says about the model, and how a table names it.
 """
@@ -15,13 +17,15 @@ the records read these class attributes instead of comparing family names:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from harness.diffusion import Generators
+from harness.diffusion import Generators, check_time_sampler
+from harness.errors import InputError
 from harness.nll import NLL
 
 
@@ -91,6 +95,8 @@ class ModelFamily(nn.Module):
     token_convention: ClassVar[str] = ""
     #: whether a diffusion time sampler ("t" / "n") and Monte-Carlo samples apply to ``nll``
     uses_time_sampler: ClassVar[bool] = False
+    #: the time sampler of the family's reported numbers (None: no time sampler), see :meth:`time_sampler`
+    default_time_sampler: ClassVar[str | None] = None
     #: whether the model conditions left to right (lm-eval's rolling windows, causal attention)
     autoregressive: ClassVar[bool] = False
     mask_id: int | None = None
@@ -126,10 +132,6 @@ class ModelFamily(nn.Module):
         """Most tokens one row given to :meth:`score` may hold."""
         return self.seq_len
 
-    @property
-    def default_time_sampler(self) -> str | None:
-        return None
-
     #: appended to an image record's token convention
     image_token_note: ClassVar[str] = ""
 
@@ -138,6 +140,21 @@ class ModelFamily(nn.Module):
         """Why bits/dim over an image would miss a dimension (None when every pixel is scored)."""
         return None
 
+    def time_sampler(self, requested: str | None = None, *, unbiased: bool = False) -> str | None:
+        """The time sampler that :meth:`nll` draws corruptions with ("t" or "n", see
+        :data:`harness.diffusion.TIME_SAMPLERS`); every caller asks here.
+
+        None for a family without one (its NLL is exact; ``requested`` is then ignored). Otherwise
+        ``requested`` when given, else, with ``unbiased``, the unbiased mask count "n" for a
+        time-independent network and "t" for a time-conditioned one (the audits and lm-eval), else
+        the family's :attr:`default_time_sampler` (the protocol of its reported numbers).
+        :class:`~harness.errors.InputError` (a ValueError) for an unknown name."""
+        if not self.uses_time_sampler:
+            return None
+        if requested is None:
+            requested = ("t" if self.time_conditioning else "n") if unbiased else self.default_time_sampler
+        return check_time_sampler(requested)
+
     def estimator(self, name: str | None = None) -> Estimator:
         """The estimator ``name`` (None: the family's default); a clear error for one it lacks."""
         if name is None:
@@ -145,8 +162,9 @@ class ModelFamily(nn.Module):
         for est in self.estimators:
             if est.name == name:
                 return est
-        raise ValueError(
-            f"unknown estimator {name!r} for the {self.family} family: use one of {[e.name for e in self.estimators]}"
+        raise InputError(
+            f"unknown estimator {name!r} for the {self.family} family",
+            fix=f"use one of {[e.name for e in self.estimators]}",
         )
 
     def protocol(self) -> dict[str, Any]:
@@ -175,13 +193,14 @@ class ModelFamily(nn.Module):
     def check_tokens(self, x0: torch.Tensor, max_len: int | None = None) -> None:
         """Fail loudly on ids outside [0, C) or rows longer than ``max_len`` (default the model's L)."""
         if x0.dim() != 2:
-            raise ValueError(f"expected token ids of shape (B, L), got {tuple(x0.shape)}")
+            raise InputError(f"expected token ids of shape (B, L), got {tuple(x0.shape)}")
         if x0.shape[1] > (max_len or self.seq_len):
-            raise ValueError(f"sequence length {x0.shape[1]} exceeds the model's seq_len={self.seq_len}")
+            raise InputError(f"sequence length {x0.shape[1]} exceeds the model's seq_len={self.seq_len}")
         if x0.numel() and (int(x0.min()) < 0 or int(x0.max()) >= self.vocab_size):
-            raise ValueError(
+            raise InputError(
                 f"token ids must lie in [0, {self.vocab_size}); got range [{int(x0.min())}, {int(x0.max())}]: "
-                "the data was tokenized with a different vocabulary than the model's"
+                "the data was tokenized with a different vocabulary than the model's",
+                fix="score data tokenized with the checkpoint's tokenizer",
             )
 
     @staticmethod
@@ -212,15 +231,20 @@ class ModelFamily(nn.Module):
         self,
         x0: torch.Tensor,
         *,
+        estimators: Sequence[str] | None = None,
         num_samples: int = 1,
         generator: Generators = None,
-        attention_mask=None,
+        attention_mask: torch.Tensor | None = None,
         corruptible: torch.Tensor | None = None,
-        estimator: str | None = None,
         time_sampler: str | None = None,
-    ) -> NLL:
-        """Per-sequence NLL (nats) of the tokens of ``x0`` (B, L) that ``corruptible`` marks (all
-        real tokens by default); the others are given context. See the families for the estimator."""
+    ) -> NLL | list[NLL]:
+        """The NLL (nats per sequence, (B,)) of the tokens of ``x0`` (B, L) that ``corruptible`` (B, L)
+        marks (all real tokens of ``attention_mask`` by default); the others are given context.
+
+        ``estimators``: names of the family's estimators, scored from the same corruptions and
+        forward passes; a list of :class:`~harness.nll.NLL`, one per name, comes back. None: the
+        default estimator alone, and one NLL comes back. ``num_samples``, ``generator`` and
+        ``time_sampler`` drive the Monte-Carlo families (see :meth:`time_sampler`)."""
         raise NotImplementedError
 
     def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
@@ -232,12 +256,22 @@ class ModelFamily(nn.Module):
         x0: torch.Tensor,
         *,
         corruptible: torch.Tensor,
-        attention_mask=None,
+        attention_mask: torch.Tensor | None = None,
         greedy: bool = False,
-        **nll_kwargs: Any,
+        num_samples: int = 1,
+        generator: Generators = None,
+        time_sampler: str | None = None,
     ) -> tuple[NLL, torch.Tensor | None]:
-        """``nll`` of the corruptible tokens and, if ``greedy``, :meth:`greedy_matches` (lm-eval's pair)."""
-        out = self.nll(x0, attention_mask=attention_mask, corruptible=corruptible, **nll_kwargs)
+        """lm-eval's pair for rows ``x0`` (B, L): the default estimator's :meth:`nll` of the
+        ``corruptible`` (B, L) tokens, and, if ``greedy``, :meth:`greedy_matches` (B,) bool (else None)."""
+        out = self.nll(
+            x0,
+            num_samples=num_samples,
+            generator=generator,
+            attention_mask=attention_mask,
+            corruptible=corruptible,
+            time_sampler=time_sampler,
+        )
         return out, (
             self.greedy_matches(x0, attention_mask=attention_mask, corruptible=corruptible) if greedy else None
         )

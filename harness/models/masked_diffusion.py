@@ -11,25 +11,35 @@ that estimator; a family says only what differs:
 * ``units(x0)``: (B, L) tokens -> its clean units, (B, L) or (B, L, ell), and ``mask_id``;
 * ``log_probs(z_t, t)``: (B, L, C) log p_theta(x_0^i = c | z_t);
 * ``unit_terms(log_p, x0, units, masked, estimator, scored)``: (B, L) nats per token for one
-  corruption (``scored``: the (B, L) tokens being scored).
+  corruption (``scored``: the (B, L) tokens being scored);
+* what the samplers ask (:mod:`harness.sampling`, which never asks which family it drives): the
+  units of a token as a (..., ell) state (:meth:`sampler_units`), the codes they spell
+  (:meth:`sampler_tokens`), the token distribution given a state (:meth:`sampler_log_probs`), the
+  ancestral joint draw (:meth:`joint_draw`), the law of one unit's value (:meth:`unit_log_marginals`)
+  and the codes that are no token (:meth:`invalid_codes`).
 
-:meth:`nll` is the one Monte-Carlo estimator that ``eval ppl``, the lm-eval adapter and
-``prime.bounds``' Monte-Carlo mode all run; ``corruptible`` marks the tokens it may mask (the
-adapter's continuation), the rest is context that is always visible.
+:meth:`nll` is the one Monte-Carlo estimator that ``eval ppl``, the lm-eval adapter and the audits
+run (through :func:`harness.diffusion.monte_carlo_nelbo`, as ``prime.bounds``' Monte-Carlo mode);
+``corruptible`` marks the tokens it may mask (the adapter's continuation), the rest is context that
+is always visible.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, ClassVar, overload
 
 import torch
 from torch import nn
 
 from harness import diffusion
 from harness.diffusion import Generators
+from harness.errors import InputError
 from harness.models.base import Estimator, ModelConfig, ModelFamily
 from harness.nll import NLL
+from harness.sampling.categorical import sample_categorical
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class MaskedDiffusion(ModelFamily):
     train_sampler: ClassVar[str] = "t"
     #: the estimator the training loss minimises
     train_estimator: ClassVar[str] = "bound"
-    default_nll_sampler: ClassVar[str] = "t"
+    default_time_sampler: ClassVar[str | None] = "t"
 
     def __init__(
         self,
@@ -152,6 +162,11 @@ class MaskedDiffusion(ModelFamily):
     # -- facts --------------------------------------------------------------------------------
     #: units are sub-tokens of a token's code: the network takes (B, L, ell) (MDM-Prime)
     subtokens: ClassVar[bool] = False
+    #: how :meth:`context_free_token_law` is computed, for the records that use it
+    context_free_law: ClassVar[str] = (
+        "grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
+        "over the T steps (mdlm_joint_draw_law)"
+    )
     samplers: ClassVar[tuple[str, ...]] = ("ancestral", "first-hitting", "maskgit")
 
     @property
@@ -159,9 +174,61 @@ class MaskedDiffusion(ModelFamily):
         """Values a unit takes besides the mask: C for whole tokens."""
         return self.vocab_size
 
-    @property
-    def default_time_sampler(self) -> str:
-        return self.default_nll_sampler
+    # -- what the samplers ask: states (..., ell) of ell units per token (ell = 1 here) -------------
+    def sampler_units(self, x: torch.Tensor) -> torch.Tensor:
+        """(...) token ids -> (..., ell) units, the samplers' state layout."""
+        return self.units(x)[..., None]
+
+    def sampler_tokens(self, y: torch.Tensor) -> torch.Tensor:
+        """(..., ell) fully revealed units -> (...) the codes they spell."""
+        return y[..., 0]
+
+    def sampler_log_probs(self, y: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
+        """(B, L, ell) state, t (B,) -> (B, L, C) log p_theta(x^i = c | y), the network's own dtype."""
+        return self.log_probs(y[..., 0], t)
+
+    def joint_draw(
+        self,
+        probs: torch.Tensor,
+        y: torch.Tensor,
+        masked: torch.Tensor,
+        m_t: float,
+        m_s: float,
+        *,
+        method: str,
+        dtype: torch.dtype,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """The ancestral step from t to s drawn in one go (MDLM's ``_ddpm_caching_update``) at N
+        positions with a masked unit: ``probs`` (N, C) the shaped token distribution, ``y`` and
+        ``masked`` (N, ell) their units -> (N, ell) the next units (the mask id where they stay masked).
+
+        One categorical over C + 1 outcomes per position with ``method`` in ``dtype``
+        (:func:`harness.sampling.sample_categorical`): token c with mass p(c) (m_t - m_s), stay
+        masked (outcome C, the mask id) with mass m_s; m = 1 - alpha."""
+        stay = probs.new_full((*probs.shape[:-1], 1), m_s)
+        mass = torch.cat([probs * (m_t - m_s), stay], dim=-1)  # (N, C + 1)
+        return sample_categorical(probs=mass, method=method, dtype=dtype, generator=generator)[..., None]
+
+    def context_free_token_law(self, probs: torch.Tensor, *, steps: int, dtype: torch.dtype | str) -> torch.Tensor:
+        """The law of the token a position ends with when a context-free denoiser (``probs`` (C,) at
+        every masked position, whatever is revealed) is sampled by :meth:`joint_draw` with ``steps``
+        steps of ``torch.rand`` noise in ``dtype``: float64 (C,). Here a token is drawn together with
+        the stay-masked outcome at every step, so the law depends on ``steps``
+        (:func:`harness.audit.gumbel.mdlm_joint_draw_law`)."""
+        from harness.audit.gumbel import mdlm_joint_draw_law
+
+        return mdlm_joint_draw_law(probs, steps=steps, dtype=dtype)
+
+    def unit_log_marginals(self, log_p: torch.Tensor, unit: torch.Tensor) -> torch.Tensor:
+        """(B, C) token log-probabilities at one position per row, ``unit`` (B,) which of its ell
+        units -> (B, V) log-probabilities of that unit's V values (V = C: the unit is the token)."""
+        return log_p
+
+    def invalid_codes(self, y: torch.Tensor) -> torch.Tensor | None:
+        """(B, L, ell) fully revealed units -> (B, L) bool: codes that are no token (>= C); None when
+        no state spells one (whole tokens), so there is nothing to count."""
+        return None
 
     # -- the forward process and the estimator --------------------------------------------------
     def corrupt(self, units: torch.Tensor, u: torch.Tensor, valid: torch.Tensor, sampler: str, generator: Generators):
@@ -217,77 +284,100 @@ class MaskedDiffusion(ModelFamily):
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return float(-true[masked].double().mean()) if bool(masked.any()) else float("nan")
 
+    @overload
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        estimators: None = None,
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask: torch.Tensor | None = None,
+        corruptible: torch.Tensor | None = None,
+        time_sampler: str | None = None,
+    ) -> NLL: ...
+
+    @overload
+    def nll(
+        self,
+        x0: torch.Tensor,
+        *,
+        estimators: Sequence[str],
+        num_samples: int = 1,
+        generator: Generators = None,
+        attention_mask: torch.Tensor | None = None,
+        corruptible: torch.Tensor | None = None,
+        time_sampler: str | None = None,
+    ) -> list[NLL]: ...
+
     @torch.no_grad()
     def nll(
         self,
         x0: torch.Tensor,
         *,
+        estimators: Sequence[str] | None = None,
         num_samples: int = 1,
         generator: Generators = None,
-        attention_mask=None,
+        attention_mask: torch.Tensor | None = None,
         corruptible: torch.Tensor | None = None,
-        estimator: str | None = None,
         time_sampler: str | None = None,
-    ) -> NLL:
-        """Monte-Carlo NELBO per sequence (nats over the scored tokens), K = ``num_samples`` corruptions.
+    ) -> NLL | list[NLL]:
+        """Monte-Carlo NELBO per sequence of ``x0`` (B, L): nats (B,) over the scored tokens, from K =
+        ``num_samples`` corruptions of each row (:func:`harness.diffusion.monte_carlo_nelbo`).
 
-        K = 1 stratifies the single draw over the batch (MDLM's protocol; the per-sequence standard
-        error is then NaN); K > 1 stratifies over the K samples of each sequence. ``generator``: one
-        generator, or one per row (a row's draws then do not depend on its batch). ``time_sampler``:
-        "t" (MDLM time) or "n" (exact mask count), default the family's. Only ``corruptible`` real
-        tokens are ever masked; the rest of the row is visible context.
+        ``estimators``: names of the family's estimators, all scored from the same corruptions and
+        one forward pass per corruption; a list with one :class:`~harness.nll.NLL` per name comes
+        back (each equal to scoring that name alone with the same generator). None: the default
+        estimator, one NLL. K = 1 stratifies the single draw over the batch (MDLM's protocol; the
+        per-sequence standard error is then NaN); K > 1 stratifies over the K samples of each
+        sequence. ``generator``: one generator, or one per row (a row's draws then do not depend on
+        its batch). ``time_sampler``: "t" (MDLM time) or "n" (exact mask count), default
+        :meth:`time_sampler`'s. Only ``corruptible`` (B, L) real tokens (``attention_mask`` (B, L))
+        are ever masked; the rest of the row is visible context.
         """
-        return self.nll_many(
-            x0,
-            estimators=[estimator],
-            num_samples=num_samples,
-            generator=generator,
-            attention_mask=attention_mask,
-            corruptible=corruptible,
-            time_sampler=time_sampler,
-        )[0]
-
-    @torch.no_grad()
-    def nll_many(
-        self,
-        x0: torch.Tensor,
-        *,
-        estimators,
-        num_samples: int = 1,
-        generator: Generators = None,
-        attention_mask=None,
-        corruptible: torch.Tensor | None = None,
-        time_sampler: str | None = None,
-    ) -> list[NLL]:
-        """:meth:`nll` for several estimators at once, from the same corruptions and one forward pass
-        per corruption (``--estimator both``): the numbers equal separate :meth:`nll` calls with the
-        same generator."""
         self.check_tokens(x0)
-        ests = [self.estimator(e) for e in estimators]
+        names = [self.estimators[0].name] if estimators is None else list(estimators)
+        if not names:
+            raise InputError("estimators is empty", fix="name at least one, or pass None for the default")
+        kinds = [self.estimator(name).kind for name in names]
         tokens = self.scored_tokens(x0, attention_mask, corruptible)
         units = self.units(x0)
-        names = [e.name for e in ests]
+        terms = partial(
+            self.nll_terms, attention_mask=attention_mask, x0=x0, units=units, estimators=names, scored=tokens
+        )
         nats, stderr = diffusion.monte_carlo_nelbo(
-            x0,
-            units=units,
-            valid=self.unit_mask(tokens),
-            terms=lambda z_t, t, masked: self.nll_terms(z_t, t, attention_mask, x0, units, masked, names, tokens),
+            units,
+            self.unit_mask(tokens),
+            terms,
             schedule=self.schedule,
             mask_id=self.mask_id,
-            sampler=time_sampler or self.default_nll_sampler,
+            sampler=self.time_sampler(time_sampler),
             num_samples=num_samples,
             generator=generator,
             time_conditioning=self.time_conditioning,
         )
         count = tokens.sum(-1).double()
-        return [
-            NLL(nats=nats[..., i], tokens=count, kind=est.kind, stderr=stderr[..., i], num_samples=num_samples)
-            for i, est in enumerate(ests)
+        out = [
+            NLL(nats=nats[..., i], tokens=count, kind=kind, stderr=stderr[..., i], num_samples=num_samples)
+            for i, kind in enumerate(kinds)
         ]
+        return out[0] if estimators is None else out
 
-    def nll_terms(self, z_t, t, attention_mask, x0, units, masked, estimators, scored) -> list[torch.Tensor]:
-        """(B, L) nats per token for each estimator, from one network call on z_t (families with a
-        faster fused form, Prime, override this)."""
+    def nll_terms(
+        self,
+        z_t: torch.Tensor,
+        t: torch.Tensor | None,
+        masked: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None,
+        x0: torch.Tensor,
+        units: torch.Tensor,
+        estimators: Sequence[str],
+        scored: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """One corruption's (B, L) nats per token for each of ``estimators``, from one network call on
+        ``z_t`` (the units of ``x0`` with ``masked`` set to the mask id); ``scored`` (B, L) are the
+        tokens being scored. Families with a faster fused form (Prime) override this."""
         log_p = self.log_probs(z_t, t, attention_mask)
         return [self.unit_terms(log_p, x0, units, masked, name, scored) for name in estimators]
 

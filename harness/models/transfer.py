@@ -30,11 +30,11 @@ WEIGHTS = "model.safetensors"
 
 
 def source_for(fmt: str | None, src: str) -> str:
-    """``--format F SRC`` or a prefixed SRC -> the prefixed source :func:`harness.load` takes."""
+    """``--source-format F SRC`` or a prefixed SRC -> the prefixed source :func:`harness.load` takes."""
     if fmt is None:
         if any(src.startswith(prefix) for prefix in FORMATS.values()):
             return src
-        raise PrimebenchError(f"{src!r}: say which format it is", fix=f"pass --format {'|'.join(FORMATS)}")
+        raise PrimebenchError(f"{src!r}: say which format it is", fix=f"pass --source-format {'|'.join(FORMATS)}")
     if fmt not in FORMATS:
         raise PrimebenchError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
     return FORMATS[fmt] + src.removeprefix(FORMATS[fmt])

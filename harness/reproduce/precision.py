@@ -59,23 +59,18 @@ def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samp
     grid law of the marginal at every T; the others follow MDLM's joint draw over C + 1 outcomes."""
     import torch
 
-    from harness.audit.gumbel import entropy, grid_gumbel_probs, mdlm_joint_draw_law
+    from harness.audit.gumbel import entropy
     from harness.audit.precision import all_masked_marginal
     from harness.metrics.entropy import MeanEntropy
     from harness.records import Metric, make_record
-    from harness.sampling.units import UnitModel
 
     p = all_masked_marginal(model)
     surprisal = -p.log()
-    subtokens = UnitModel(model).subtokens
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for T in steps:
         for dtype in dtypes:
-            if subtokens:
-                law = grid_gumbel_probs(p, dtype)  # x_hat over C classes, no stay mass: the same at every T
-            else:
-                law = mdlm_joint_draw_law(p, steps=T, dtype=dtype)
+            law = model.context_free_token_law(p, steps=T, dtype=dtype)
             tokens = torch.multinomial(law, mc_samples * seq_len, replacement=True, generator=gen)
             metric = MeanEntropy(base="e")
             metric.update(tokens.view(mc_samples, seq_len))
@@ -103,12 +98,7 @@ def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samp
     protocol = {
         "prediction": "context-free: the denoiser's all-masked output averaged over positions, drawn with the "
         "exact law of the categorical draw in each dtype",
-        "law": (
-            "grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
-            "over the T steps (mdlm_joint_draw_law)"
-        )
-        if not subtokens
-        else "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)",
+        "law": model.context_free_law,
         "marginal_entropy": float(entropy(p)),
         "mc_samples": mc_samples,
         "seq_len": seq_len,

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.errors import InputError
+
 Z = 2.0  # how many seed standard errors a difference must exceed
 _SEED_NAME = re.compile(r"^(?P<base>.+)-seed(?P<seed>[1-9][0-9]*)$")
 
@@ -34,7 +36,7 @@ _SEED_NAME = re.compile(r"^(?P<base>.+)-seed(?P<seed>[1-9][0-9]*)$")
 def seed_name(name: str, seed: int) -> str:
     """The stage and folder name of ``name`` trained with ``seed`` (seed 0 keeps ``name``)."""
     if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+        raise InputError(f"seed must be >= 0, got {seed}")
     return name if seed == 0 else f"{name}-seed{seed}"
 
 
@@ -138,7 +140,7 @@ def summarise(ppl_records: Sequence[dict[str, Any]], metric: str = "nll") -> lis
         records = sorted(records, key=_seed)
         seeds = tuple(_seed(r) for r in records)
         if len(set(seeds)) != len(seeds):
-            raise ValueError(f"model {model!r} has two records for one seed: {seeds}")
+            raise InputError(f"model {model!r} has two records for one seed: {seeds}")
         ms = [r["metrics"][metric] for r in records]
         refs = [r.get("references", {}).get("unigram", {}).get("nll", {}).get("value") for r in records]
         refs = [x for x in refs if x is not None]

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import InputError
+
 MODELS = ("arm", "mdlm", "masked", "prime2", "prime4")
 PPL = dict(estimator="both", batch_size=32, mc_samples=4, seed=0)
 GENPPL = dict(samples=32, batch_size=16, method="gumbel", seed=0)
@@ -41,7 +43,7 @@ def small_configs(seeds: int = 1, steps: int | None = None) -> dict[str, Any]:
     from harness.reproduce.seeds import seed_name, seed_overrides
 
     if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
+        raise InputError(f"seeds must be at least 1, got {seeds}")
     overrides = (
         [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
     )

@@ -1,4 +1,10 @@
-"""Samplers and the single categorical draw they all use (:func:`sample_categorical`)."""
+"""Samplers (:func:`generate`) and their categorical draws.
+
+Every draw takes its precision from the sampler's ``dtype``: the default two-stage ancestral draw
+takes the token of a revealed unit by inverse CDF (:func:`harness.sampling.categorical.sample_inverse_cdf`,
+after float64 reveal decisions), and every other categorical draw goes through
+:func:`sample_categorical` with the sampler's ``method``.
+"""
 
 from __future__ import annotations
 

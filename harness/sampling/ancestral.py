@@ -17,14 +17,14 @@ the denoiser. Unmasked units are carried over. Two draws of this same law (``set
   ``dtype`` (:func:`sample_inverse_cdf`). For Prime the token x_hat of a position is drawn once
   from the restricted joint when any of its masked sub-tokens is revealed, and the revealed
   sub-tokens take its digits. The denoiser is needed only at steps that reveal something.
-* ``joint`` (the reference): MDLM's ``_ddpm_caching_update``: one categorical over C + 1 outcomes
-  at every masked position, token c with mass p(c) (m_t - m_s) and "stay masked" with mass m_s,
-  drawn with ``method`` in ``dtype`` (:func:`sample_categorical`), so ``method="mdlm-legacy",
-  dtype="float32"`` is MDLM's sampler and shows the float32 Gumbel truncation that Zheng et al.
-  analyse. For Prime, MDM-Prime's ``_mdm_prime_update``: x_hat from the restricted joint at every
-  position with a masked sub-token, and a two-class (stay m_s, reveal m_t - m_s) draw per masked
-  sub-token, both with ``method``. Draws are made only at masked positions (MDLM's code draws
-  everywhere and discards the draws at unmasked positions: same tokens for the same uniforms).
+* ``joint`` (the reference): the family's ``joint_draw`` at every position with a masked unit, with
+  ``method`` in ``dtype`` (:func:`sample_categorical`). MDLM's ``_ddpm_caching_update``: one
+  categorical over C + 1 outcomes, token c with mass p(c) (m_t - m_s) and "stay masked" with mass
+  m_s, so ``method="mdlm-legacy", dtype="float32"`` is MDLM's sampler and shows the float32 Gumbel
+  truncation that Zheng et al. analyse. Prime, MDM-Prime's ``_mdm_prime_update``: x_hat from the
+  restricted joint, and a two-class (stay m_s, reveal m_t - m_s) draw per masked sub-token. Draws
+  are made only at masked positions (MDLM's code draws everywhere and discards the draws at
+  unmasked positions: same tokens for the same uniforms).
 
 Caching (``cache=True``). Joint draw: the denoiser is called only for samples that changed in the
 previous step (and still have a masked unit); the others reuse their previous output. For
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.sampling.categorical import sample_categorical, sample_inverse_cdf
+from harness.sampling.categorical import sample_inverse_cdf
 from harness.sampling.leftovers import INVALID_RESOLUTION, fill_masked, resolve_invalid
 from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
@@ -54,15 +54,6 @@ def time_grid(steps: int, t_end: float = 0.0) -> torch.Tensor:
     t = 1.0 - torch.arange(steps + 1, dtype=torch.float64) * ((1.0 - t_end) / steps)
     t[-1] = t_end
     return t
-
-
-def _mdlm_joint(
-    probs: torch.Tensor, m_t: float, m_s: float, settings: SamplerSettings, generator: torch.Generator | None
-) -> torch.Tensor:
-    """(N, C) token probs at masked positions -> (N,) outcomes in [0, C]; outcome C = stay masked."""
-    stay = probs.new_full((*probs.shape[:-1], 1), m_s)
-    mass = torch.cat([probs * (m_t - m_s), stay], dim=-1)  # (N, C + 1)
-    return sample_categorical(probs=mass, method=settings.method, dtype=settings.dtype, generator=generator)
 
 
 def _reveal(masked: torch.Tensor, q: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -93,19 +84,17 @@ def _step(
             y_next[at] = torch.where(reveal[at], units.encode(x_hat), y[at])
         return y_next
     at = masked.any(-1)
-    if not bool(at.any()):
-        return y_next
-    if not units.subtokens:
-        y_next[at] = _mdlm_joint(probs[at], m_t, m_s, settings, generator)[..., None]
-        return y_next
-    x_hat = sample_categorical(probs=probs[at], method=settings.method, dtype=settings.dtype, generator=generator)
-    still = masked[at]  # (N, ell)
-    outcome = probs.new_tensor([m_s, m_t - m_s]).expand(int(still.sum()), 2)
-    flags = torch.zeros_like(still)
-    flags[still] = (
-        sample_categorical(probs=outcome, method=settings.method, dtype=settings.dtype, generator=generator) == 1
-    )
-    y_next[at] = torch.where(flags, units.encode(x_hat), y[at])
+    if bool(at.any()):
+        y_next[at] = units.model.joint_draw(
+            probs[at],
+            y[at],
+            masked[at],
+            m_t,
+            m_s,
+            method=settings.method,
+            dtype=settings.dtype,
+            generator=generator,
+        )
     return y_next
 
 
@@ -116,7 +105,11 @@ def run_ancestral(
     generator: torch.Generator | None,
     prefix: torch.Tensor | None,
 ) -> BatchResult:
-    """Draw ``rows`` samples with T = ``settings.steps`` ancestral steps (see the module docstring)."""
+    """Draw ``rows`` samples with T = ``settings.steps`` ancestral steps (see the module docstring).
+
+    ``prefix`` (rows, P) tokens are fixed context. Returns the tokens (rows, L), per-sample NFE,
+    idle steps and steps, and the counts of units filled by noise removal and, for a family whose
+    units can spell an invalid code, of the codes redrawn."""
     steps = int(settings.steps)
     schedule = units.model.schedule
     grid = time_grid(steps, settings.t_end)
@@ -163,7 +156,7 @@ def run_ancestral(
     y, filled = fill_masked(units, y, settings.t_end, settings, generator, nfe)
     y, invalid = resolve_invalid(units, y, settings.t_end, settings, generator, nfe)
     counts = {"noise_removal_filled": filled}
-    if units.subtokens:
+    if invalid is not None:
         counts["invalid_codes"] = invalid
     return BatchResult(
         tokens=units.decode(y),

@@ -1,10 +1,25 @@
-"""The one categorical draw of primebench. Every sampler draws a category through :func:`sample_categorical`.
+"""The categorical draws of primebench: :func:`sample_categorical` and :func:`sample_inverse_cdf`.
 
-Why one function: the precision of this draw changes published numbers (Zheng et al. 2409.02908
+Why few functions: the precision of a draw changes published numbers (Zheng et al. 2409.02908
 Sec. 5.2-5.3: MDLM's float32 Gumbel draw lowers the effective temperature, Gen PPL 31 vs 126). So the
 precision is a single parameter, ``dtype``, and **the conversion of probabilities or logits to that
-dtype happens here and nowhere else**: callers pass model outputs in whatever dtype they have, and
-the precision audit is the same sampler, same seed, two dtypes.
+dtype happens in these two functions and nowhere else**: callers pass model outputs in whatever
+dtype they have, and the precision audit is the same sampler, same seed, two dtypes.
+
+Which draw is made where:
+
+* :func:`sample_inverse_cdf` (one uniform per row): the token of each revealed unit in the default
+  two-stage ancestral draw (``draw="two-stage"``), whose reveal decisions are float64 Bernoulli
+  draws made by ``torch.rand`` in :mod:`harness.sampling.ancestral`;
+* :func:`sample_categorical` (a ``method`` in ``dtype``): every other categorical draw, i.e. the
+  joint ancestral draw (``draw="joint"``, through the family's ``joint_draw``), first-hitting's
+  choice of unit and its value (its reveal times are float64 ``torch.rand`` inversions), MaskGIT's
+  candidates, noise removal by sampling, the redraw of invalid Prime codes and the autoregressive
+  sampler.
+
+Temperature and nucleus filtering shape the token distribution before a draw; their settings are
+validated once (:func:`check_temperature`, :func:`check_nucleus`) when a sampler's settings are
+built, and :func:`apply_temperature` / :func:`nucleus_filter` check them for direct callers.
 
 Methods (all take the argmax over the last dim, shapes ``(..., C) -> (...)``):
 
@@ -18,11 +33,12 @@ U is drawn by ``torch.rand`` in ``dtype``. Its values lie on a grid: k * 2^-24 f
 k * 2^-53 for float64 (k = 0 .. 2^b - 1). The largest value 1 - 2^-b caps the Gumbel noise at
 M = -log(-log(1 - 2^-b)) (16.64 in float32, 36.74 in float64): this is the truncation that Zheng et
 al. analyse. The grid below the cap matters as well: float32 distorts about half as much as their
-continuous truncated model predicts (:mod:`harness.audit.gumbel`; ``tests/harness/test_categorical.py``
-checks the grid). The smallest value is 0 (probability 2^-b), where log(0) would give -inf/NaN arithmetic:
-``gumbel`` and ``race`` use U in [tiny, 1) via ``clamp_min(torch.finfo(dtype).tiny)``, so U = 0 becomes
-G = -log(87.3) (float32) or -log(708.4) (float64) instead of -inf, a change of probability
-O(2^-b) that is far below the truncation at the top. ``mdlm-legacy`` keeps MDLM's 1e-10 offsets.
+continuous truncated model predicts (:mod:`harness.audit.gumbel`;
+``tests/harness/sampling/test_categorical.py`` checks the grid). The smallest value is 0
+(probability 2^-b), where log(0) would give -inf/NaN arithmetic: ``gumbel`` and ``race`` use U in
+[tiny, 1) via ``clamp_min(torch.finfo(dtype).tiny)``, so U = 0 becomes G = -log(87.3) (float32) or
+-log(708.4) (float64) instead of -inf, a change of probability O(2^-b) that is far below the
+truncation at the top. ``mdlm-legacy`` keeps MDLM's 1e-10 offsets.
 
 Zero-probability classes (p = 0, or logit = -inf) get score -inf and are never drawn, whatever the
 method and however small the other scores are. Probabilities need not be normalised (every method is
@@ -31,6 +47,7 @@ invariant to a positive scale per row); NaN, negative or infinite probabilities 
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -46,6 +63,7 @@ _DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
     "fp64": torch.float64,
 }
+DTYPE_NAMES: tuple[str, ...] = ("float32", "float64")  # the names options offer (fp32/fp64 also parse)
 
 
 def parse_dtype(dtype: DTypeLike) -> torch.dtype:
@@ -140,8 +158,8 @@ def sample_categorical(
     Exactly one of ``probs`` (>= 0, need not be normalised) or ``logits`` (unnormalised log-probs,
     -inf for impossible classes). ``method`` is one of :data:`METHODS`; ``dtype`` (float32/float64 or
     their names) is the precision of the uniforms **and** of the scores: the input is converted to
-    it here, and only here. ``generator`` must live on the input's device; the same generator state
-    gives the same draws.
+    it here (the only other place is :func:`sample_inverse_cdf`). ``generator`` must live on the
+    input's device; the same generator state gives the same draws.
     """
     scorer = _METHODS.get(method)
     dtype = parse_dtype(dtype)
@@ -199,14 +217,37 @@ def sample_inverse_cdf(
 NUCLEUS_RULES = ("cross", "below")
 
 
-def nucleus_filter(probs: torch.Tensor, p: float, rule: str = "cross") -> torch.Tensor:
-    """Top-p (nucleus) filtering over the last dim by ``rule`` (see :data:`NUCLEUS_RULES`; ties in
-    the order of ``torch.sort``), zero the rest, renormalise. ``p = 1`` returns ``probs`` unchanged.
-    Works in the input's dtype (the sampling dtype is applied by :func:`sample_categorical`)."""
-    if not 0.0 < p <= 1.0:
-        raise PrimebenchError(f"nucleus p must lie in (0, 1], got {p!r}", fix="use e.g. 0.9 or 1.0 (off)")
+def check_nucleus(p: float, rule: str = "cross") -> tuple[float, str]:
+    """The nucleus mass ``p`` (a number in (0, 1]; 1 is off) and ``rule`` (one of
+    :data:`NUCLEUS_RULES`), checked: ``(float(p), rule)``, or a :class:`PrimebenchError`."""
+    if not (isinstance(p, numbers.Real) and 0.0 < p <= 1.0):
+        raise PrimebenchError(f"nucleus p must lie in (0, 1], got {p!r}", fix="use e.g. 0.9, or 1.0 (off)")
     if rule not in NUCLEUS_RULES:
         raise PrimebenchError(f"unknown nucleus rule {rule!r}", fix=f"use one of {', '.join(NUCLEUS_RULES)}")
+    return float(p), rule
+
+
+def check_temperature(temperature: float) -> float:
+    """``temperature`` (a positive finite number), checked: ``float(temperature)``, or a :class:`PrimebenchError`."""
+    if not (isinstance(temperature, numbers.Real) and 0 < temperature < float("inf")):
+        raise PrimebenchError(
+            f"temperature must be a positive finite number, got {temperature!r}",
+            fix="use 1.0 for no change; < 1 sharpens, > 1 flattens",
+        )
+    return float(temperature)
+
+
+def nucleus_filter(probs: torch.Tensor, p: float, rule: str = "cross") -> torch.Tensor:
+    """Top-p (nucleus) filtering of ``probs`` (..., C) over the last dim by ``rule`` (see
+    :data:`NUCLEUS_RULES`; ties in the order of ``torch.sort``), zero the rest, renormalise: (..., C)
+    in the input's dtype (the sampling dtype is applied by the draw). ``p = 1`` returns ``probs``
+    unchanged. ``p`` and ``rule`` are checked (:func:`check_nucleus`)."""
+    check_nucleus(p, rule)
+    return filter_nucleus(probs, p, rule)
+
+
+def filter_nucleus(probs: torch.Tensor, p: float, rule: str) -> torch.Tensor:
+    """:func:`nucleus_filter` with ``p`` and ``rule`` already checked (the samplers' settings are)."""
     if p == 1.0:
         return probs
     _check_probs(probs)
@@ -226,21 +267,27 @@ def nucleus_filter(probs: torch.Tensor, p: float, rule: str = "cross") -> torch.
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Normalised log-probabilities ``log_softmax(logits / temperature)`` over the last dim."""
-    if not (temperature > 0 and temperature != float("inf")):
-        raise PrimebenchError(
-            f"temperature must be a positive finite number, got {temperature!r}",
-            fix="use 1.0 for no change; < 1 sharpens, > 1 flattens",
-        )
+    """Normalised log-probabilities ``log_softmax(logits / temperature)`` over the last dim, (..., C)
+    -> (..., C); ``temperature`` is checked (:func:`check_temperature`)."""
+    return temper(logits, check_temperature(temperature))
+
+
+def temper(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """:func:`apply_temperature` with ``temperature`` already checked (the samplers' settings are)."""
     return torch.log_softmax(logits / temperature, dim=-1)
 
 
 __all__ = [
+    "DTYPE_NAMES",
     "METHODS",
     "NUCLEUS_RULES",
+    "apply_temperature",
+    "check_nucleus",
+    "check_temperature",
+    "filter_nucleus",
+    "nucleus_filter",
     "parse_dtype",
     "sample_categorical",
     "sample_inverse_cdf",
-    "nucleus_filter",
-    "apply_temperature",
+    "temper",
 ]

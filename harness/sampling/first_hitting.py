@@ -7,11 +7,12 @@ the largest of n such times, drawn by inversion (Prop. 4.1):
     tau' = alpha^{-1}(1 - u^{1/n} (1 - alpha_tau)),   u ~ U(0, 1)      (linear: tau' = tau u^{1/n})
 
 starting from tau = 1. Then one masked unit, uniform among the n, is revealed with a value drawn
-from the denoiser called at tau':
+from the law of that unit's value under the denoiser called at tau', which the family gives
+(its ``unit_log_marginals``):
 
 * MDLM / masked: the token distribution at that position;
-* Prime: the sub-token's marginal of the restricted joint (:func:`prime.bounds.subtoken_log_marginals`),
-  the distribution under which MDM-Prime's valid continuous-time bound is computed.
+* Prime: the sub-token's marginal of the restricted joint, the distribution under which
+  MDM-Prime's valid continuous-time bound is computed.
 
 Cost: exactly one denoiser call per masked unit (NFE = number of masked units; no idle steps).
 The reveal times are continuous uniforms drawn with ``torch.rand`` in float64 (not a categorical
@@ -29,7 +30,6 @@ from harness.sampling.categorical import sample_categorical
 from harness.sampling.leftovers import INVALID_RESOLUTION, resolve_invalid
 from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
-from prime.bounds import subtoken_log_marginals
 
 
 def next_reveal_time(schedule, tau: torch.Tensor, n: int, u: torch.Tensor) -> torch.Tensor:
@@ -44,7 +44,11 @@ def run_first_hitting(
     generator: torch.Generator | None,
     prefix: torch.Tensor | None,
 ) -> BatchResult:
-    """Draw ``rows`` samples revealing one unit per step in uniformly random order."""
+    """Draw ``rows`` samples revealing one unit per step in uniformly random order.
+
+    ``prefix`` (rows, P) tokens are fixed context. Returns the tokens (rows, L), NFE = steps = the
+    number of masked units per sample, no idle steps, the reveal times (rows, n0) in ``per_sample``
+    and, for a family whose units can spell an invalid code, the count of codes redrawn."""
     schedule = units.model.schedule
     y = units.initial_state(rows, prefix)
     device = y.device
@@ -65,16 +69,14 @@ def run_first_hitting(
         position, digit = unit // units.ell, unit % units.ell
         log_p = units.log_probs(y, tau.to(torch.float32))  # (B, L, C)
         log_p = shaped_log_probs(log_p[arange, position], settings)  # (B, C) at the chosen token
-        if units.subtokens:
-            marginals = subtoken_log_marginals(log_p[:, None], base=units.base, ell=units.ell)[:, 0]
-            log_p = marginals[arange, digit]  # (B, base)
+        log_p = units.model.unit_log_marginals(log_p, digit)  # (B, values of the unit)
         value = sample_categorical(
             probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype, generator=generator
         )
         flat[arange, unit] = value
     nfe = torch.full((rows,), n0, dtype=torch.long, device=device)
     y, invalid = resolve_invalid(units, y, 0.0, settings, generator, nfe)
-    counts = {"invalid_codes": invalid} if units.subtokens else {}
+    counts = {} if invalid is None else {"invalid_codes": invalid}
     return BatchResult(
         tokens=units.decode(y),
         nfe=nfe,

@@ -67,11 +67,13 @@ def resolve_invalid(
     settings: SamplerSettings,
     generator: torch.Generator | None,
     nfe: torch.Tensor,
-) -> tuple[torch.Tensor, int]:
-    """Redraw tokens whose fully revealed units decode to a code >= C; returns (y, tokens redrawn)."""
-    if not units.subtokens:
-        return y, 0
-    invalid = units.decode(y) >= units.vocab_size  # (B, L)
+) -> tuple[torch.Tensor, int | None]:
+    """Redraw tokens whose fully revealed units y (B, L, ell) spell a code >= C (the family's
+    ``invalid_codes``); returns (y, tokens redrawn), the count None for a family whose units never
+    spell one. One denoiser call (at time ``t``) per affected sample, added to ``nfe`` (B,)."""
+    invalid = units.model.invalid_codes(y)  # (B, L) or None
+    if invalid is None:
+        return y, None
     count = int(invalid.sum())
     if count == 0:
         return y, 0
@@ -87,7 +89,7 @@ def resolve_invalid(
     y_rows = torch.where(bad[..., None], units.encode(x_hat), y_rows)
     y = y.clone()
     y[rows] = y_rows
-    if bool((units.decode(y) >= units.vocab_size).any()):  # pragma: no cover - C classes only
+    if bool(units.model.invalid_codes(y).any()):  # pragma: no cover - C classes only
         raise RuntimeError("a redrawn token is still an invalid code; the denoiser has more than C classes")
     return y, count
 

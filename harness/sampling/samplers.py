@@ -15,9 +15,14 @@ Samplers (registry ``SAMPLERS``, did-you-mean on a typo):
                      (:mod:`harness.sampling.maskgit`);
 * ``autoregressive`` arm: left to right from a prefix or BOS (:mod:`harness.sampling.autoregressive`).
 
-Every categorical draw goes through :func:`harness.sampling.sample_categorical` with the given
-``method`` and ``dtype``; temperature and nucleus are applied to the token distribution first.
-The model is put in eval mode (and restored afterwards) and nothing records gradients.
+Every draw is made in the given ``dtype``: the token of a revealed unit in the default two-stage
+ancestral draw by :func:`harness.sampling.categorical.sample_inverse_cdf` (its reveal decisions are
+float64 Bernoulli draws), every other categorical draw by :func:`harness.sampling.sample_categorical`
+with the given ``method`` (see :mod:`harness.sampling.categorical`). Temperature and nucleus are
+applied to the token distribution first; they are checked once, when :func:`generate` builds the
+settings. A sampler asks the family for whatever depends on what a unit is (Prime's sub-tokens or
+whole tokens) and never which family it drives. The model is put in eval mode (and restored
+afterwards) and nothing records gradients.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from harness.errors import PrimebenchError
 from harness.registry import Registry
 from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
-from harness.sampling.categorical import METHODS, NUCLEUS_RULES, parse_dtype
+from harness.sampling.categorical import METHODS, check_nucleus, check_temperature, parse_dtype
 from harness.sampling.maskgit import run_maskgit
 from harness.sampling.settings import DRAWS, NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
 from harness.sampling.units import UnitModel
@@ -193,12 +198,8 @@ def _settings(
             f"sampler {spec.name!r} takes one step per generated unit; steps={steps!r} does not apply",
             fix="leave steps unset for first-hitting and autoregressive sampling",
         )
-    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
-        raise PrimebenchError(f"temperature must be a positive finite number, got {temperature!r}")
-    if not (isinstance(nucleus_p, (int, float)) and 0 < nucleus_p <= 1):
-        raise PrimebenchError(f"nucleus_p must lie in (0, 1], got {nucleus_p!r}", fix="1.0 turns nucleus sampling off")
-    if nucleus_rule not in NUCLEUS_RULES:
-        raise PrimebenchError(f"unknown nucleus rule {nucleus_rule!r}", fix=f"use one of {', '.join(NUCLEUS_RULES)}")
+    temperature = check_temperature(temperature)  # the one check: the draws shape unchecked
+    nucleus_p, nucleus_rule = check_nucleus(nucleus_p, nucleus_rule)
     if method not in METHODS:
         raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
     if noise_removal not in NOISE_REMOVAL:
@@ -211,8 +212,8 @@ def _settings(
         cache = draw == "two-stage" or not bool(getattr(model, "time_conditioning", False))
     return SamplerSettings(
         steps=steps,
-        temperature=float(temperature),
-        nucleus_p=float(nucleus_p),
+        temperature=temperature,
+        nucleus_p=nucleus_p,
         dtype=parse_dtype(dtype),
         method=method,
         noise_removal=noise_removal,
@@ -258,18 +259,26 @@ def generate(
 ) -> SampleOutput:
     """Draw ``num_samples`` sequences of the model's length L, in batches of ``batch_size``.
 
-    ``sampler``: a registered name, default :func:`sampler_for` (ancestral; autoregressive for the
-    ARM). ``steps``: T for ancestral and maskgit (default L); must be unset for the token-by-token
-    samplers. ``dtype``/``method``: precision and method of every categorical draw. ``cache``: None
-    means on, except for time-conditioned networks under the joint draw (reuse would use a stale
-    t); True forces it there and records ``cache_exact=False``. ``generator``: a
-    torch.Generator on the model's device or an int seed (same seed -> same samples). ``prefix``:
-    (N or 1, P) token ids kept fixed at the first P positions (never masked, never changed).
-    ``bos_id``: the ARM's first token when no prefix is given (other samplers ignore it).
-    ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest). ``draw``:
-    the ancestral step's draw, ``two-stage`` (reveal, then token by inverse CDF; exact and cheap)
-    or ``joint`` (MDLM's draw over C + 1 outcomes with ``method``; the reference for audits).
+    ``model``: a registered family (its ``samplers`` list the names it supports). ``sampler``: a
+    registered name, default :func:`sampler_for` (ancestral; autoregressive for the ARM).
+    ``steps``: T for ancestral and maskgit (default L); must be unset for the token-by-token
+    samplers. ``temperature`` (> 0) and ``nucleus_p`` in (0, 1] with ``nucleus_rule`` shape the
+    token distribution before each draw. ``dtype``: the precision of every draw; ``method``: that
+    of every draw made by :func:`harness.sampling.sample_categorical` (the two-stage draw's tokens
+    use the inverse CDF). ``cache``: None means on, except for time-conditioned networks under the
+    joint draw (reuse would use a stale t); True forces it there and records ``cache_exact=False``.
+    ``generator``: a torch.Generator on the model's device or an int seed (same seed -> same
+    samples). ``prefix``: (N or 1, P) token ids kept fixed at the first P positions (never masked,
+    never changed). ``bos_id``: the ARM's first token when no prefix is given (other samplers
+    ignore it). ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest).
+    ``draw``: the ancestral step's draw, ``two-stage`` (reveal, then token by inverse CDF; exact
+    and cheap) or ``joint`` (the family's joint draw with ``method``, MDLM's over C + 1 outcomes;
+    the reference for audits).
     The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
+
+    Returns a :class:`~harness.sampling.settings.SampleOutput`: ``tokens`` (num_samples, L) ids in
+    [0, C), per-sample ``nfe``, ``idle_steps``, ``steps`` and ``wall_s`` (num_samples,), ``stats``
+    and the ``protocol`` of every setting.
     """
     name = sampler or sampler_for(model)
     spec = get_sampler(name, model)

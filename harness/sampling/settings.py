@@ -24,9 +24,12 @@ class SamplerSettings:
     """Everything a sampler needs besides the model, the batch rows and the generator.
 
     ``steps``: number of grid steps T (ancestral, maskgit), None for the token-by-token samplers.
-    ``dtype`` and ``method`` go unchanged to :func:`harness.sampling.sample_categorical` (the one
-    place the precision is applied). ``temperature`` and ``nucleus_p`` shape the token
-    distribution p(x^i | z_t) (over the C classes) before any draw. ``t_end``: the ancestral grid
+    ``dtype`` goes unchanged to every draw, :func:`harness.sampling.sample_categorical` and (for the
+    two-stage ancestral draw's tokens) :func:`harness.sampling.categorical.sample_inverse_cdf`, the
+    only places the precision is applied; ``method`` goes to :func:`sample_categorical`.
+    ``temperature`` and ``nucleus_p`` (with ``nucleus_rule``) shape the token distribution
+    p(x^i | z_t) (over the C classes) before any draw; they were checked when the settings were
+    built (:func:`harness.sampling.generate`) and are not checked again. ``t_end``: the ancestral grid
     runs from t = 1 down to ``t_end``; units still masked there are filled by ``noise_removal``.
     ``cache``: reuse a sequence's denoiser output while it does not change (with the two-stage
     draw: call the denoiser only at steps that reveal a unit). ``draw``: ``two-stage`` (reveal

@@ -2,33 +2,34 @@
 
 MDLM and the time-agnostic masked model mask whole tokens (ell = 1, unit mask id C); MDM-Prime
 masks sub-tokens (ell digits in base b, unit mask id b). Every diffusion sampler works on a state
-``y`` of shape (B, L, ell) and asks :class:`UnitModel` for the token distribution
-log p_theta(x^i = c | y), shape (B, L, C) (for Prime the joint restricted to V(y^i), the model's
-own carry-over setting). So one sampler serves every family, and the denoiser stays the model's.
+``y`` of shape (B, L, ell) and asks the family for whatever depends on what a unit is: the units of
+a token and the codes they spell, the token distribution log p_theta(x^i = c | y) of shape
+(B, L, C) (for Prime the joint restricted to V(y^i), the model's own carry-over setting), the joint
+ancestral draw, the law of one unit's value and the codes that are no token (the family methods
+listed in :mod:`harness.models.masked_diffusion`). So one sampler serves every family, it never
+asks which family it drives, and the denoiser stays the model's.
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness.sampling.categorical import apply_temperature, nucleus_filter
+from harness.sampling.categorical import filter_nucleus, temper
 from harness.sampling.settings import SamplerSettings
-from prime.subtokens import decode
 
 
 class UnitModel:
-    """Adapter from a masked-diffusion family to (B, L, ell) unit states; holds no state of its own."""
+    """A masked-diffusion family seen as (B, L, ell) unit states; holds no state of its own.
+
+    ``model`` is the family; the samplers call its sampler methods (``joint_draw``,
+    ``unit_log_marginals``, ``invalid_codes``) directly and reach the rest through this adapter."""
 
     def __init__(self, model):
         self.model = model
-        #: sub-token units (MDM-Prime): the network takes (B, L, ell) and codes decode from digits
-        self.subtokens = bool(model.subtokens)
         self.ell = int(model.units_per_token)
         self.mask_id = int(model.mask_id)  # C for MDLM/masked, base for Prime
         self.vocab_size = int(model.vocab_size)
         self.seq_len = int(model.seq_len)
-        self.base = int(model.unit_base)
-        self.carry_over = bool(getattr(model, "carry_over", True))
         self.time_conditioning = bool(model.time_conditioning)
 
     @property
@@ -36,13 +37,12 @@ class UnitModel:
         return self.model.device
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., ) token ids -> (..., ell) units."""
-        units = self.model.units(x)
-        return units if self.subtokens else units[..., None]
+        """(...) token ids -> (..., ell) units."""
+        return self.model.sampler_units(x)
 
     def decode(self, y: torch.Tensor) -> torch.Tensor:
         """(B, L, ell) fully revealed units -> (B, L) codes (Prime codes may be >= C without carry-over)."""
-        return decode(y, self.base) if self.subtokens else y[..., 0]
+        return self.model.sampler_tokens(y)
 
     def initial_state(self, rows: int, prefix: torch.Tensor | None) -> torch.Tensor:
         """(rows, L, ell) all masked, except the leading ``prefix`` (rows, P) tokens, fixed context."""
@@ -52,26 +52,27 @@ class UnitModel:
         return y
 
     def log_probs(self, y: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
-        """(B, L, ell) units at time t -> (B, L, C) log p_theta(x^i = c | y), float32.
+        """(B, L, ell) units at time t (a float, or (B,)) -> (B, L, C) log p_theta(x^i = c | y), float32.
 
         ``t`` only reaches time-conditioned networks; the others ignore it (their output is exact
         to reuse across steps, which is what makes caching exact).
         """
         rows = y.shape[0]
         tt = torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(rows).contiguous()
-        return self.model.log_probs(y if self.subtokens else y[..., 0], tt)
+        return self.model.sampler_log_probs(y, tt)
 
 
 def shaped_log_probs(log_p: torch.Tensor, settings: SamplerSettings) -> torch.Tensor:
-    """Apply temperature, then nucleus (top-p) filtering, to the token distribution (…, C).
+    """Apply temperature, then nucleus (top-p) filtering, to the token distribution (..., C).
 
-    Returns log-probabilities in the input dtype (classes cut by the nucleus are -inf). Rows that
-    are one-hot (carried-over tokens) stay one-hot. No precision conversion happens here.
+    Returns log-probabilities (..., C) in the input dtype (classes cut by the nucleus are -inf). Rows
+    that are one-hot (carried-over tokens) stay one-hot. No precision conversion happens here, and
+    no check: ``settings`` were checked when they were built (:func:`harness.sampling.generate`).
     """
     if settings.temperature != 1.0:
-        log_p = apply_temperature(log_p, settings.temperature)
+        log_p = temper(log_p, settings.temperature)
     if settings.nucleus_p < 1.0:
-        log_p = torch.log(nucleus_filter(torch.exp(log_p), settings.nucleus_p, settings.nucleus_rule))
+        log_p = torch.log(filter_nucleus(torch.exp(log_p), settings.nucleus_p, settings.nucleus_rule))
     return log_p
 
 

@@ -14,7 +14,7 @@ def test_quickstart_smoke_run_and_skip_on_rerun(trained, tmp_path):
         "quickstart",
         "--out",
         str(out),
-        "--steps",
+        "--train-steps",
         "2",
         "--max-rows",
         "4",

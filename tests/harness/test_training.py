@@ -395,3 +395,21 @@ def test_lr_schedules():
     )
     with pytest.raises(ConfigError, match="lr_schedule"):
         load_config("tiny/mdlm", ["train.lr_schedule=linear"])
+
+
+@pytest.mark.parametrize(
+    ("val_loss", "says"),
+    [(3.20, "is within 0.05 nats of the unigram reference 3.1833"), (5.414, "is 2.2307 nats above the unigram")],
+)
+def test_plateau_warning_says_where_the_loss_is(val_loss, says):
+    """A loss near the reference is "within" it; a loss far above it is said to be above, not within."""
+    import torch
+
+    from harness.health import Health
+
+    health = Health(3.1833, torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 4), half_step=1, diffusion=True, seed=0)
+    out = health.measure(object(), step=1, val_loss=val_loss, device="cpu")
+    assert says in out["warning"]
+    assert "warning" not in health.measure(object(), step=2, val_loss=val_loss, device="cpu")  # warned once
+    below = Health(3.1833, torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 4), half_step=1, diffusion=True, seed=0)
+    assert "warning" not in below.measure(object(), step=1, val_loss=3.0, device="cpu")

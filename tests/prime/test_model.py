@@ -41,10 +41,12 @@ def denoiser64(model):
     return lambda y_t: call(y_t).double()
 
 
-def pooled_nll(model, x0: torch.Tensor, *, copies: int, num_samples: int, seed: int, **kwargs):
+def pooled_nll(model, x0: torch.Tensor, *, copies: int, num_samples: int, seed: int, estimator: str, **kwargs):
     """Mean (B,) and standard error (B,) of ``copies`` independent estimates of each row of x0."""
     B = x0.shape[0]
-    res = model.nll(x0.repeat_interleave(copies, 0), num_samples=num_samples, generator=_gen(seed), **kwargs)
+    (res,) = model.nll(
+        x0.repeat_interleave(copies, 0), estimators=[estimator], num_samples=num_samples, generator=_gen(seed), **kwargs
+    )
     nats = res.nats.view(B, copies).mean(1)
     stderr = (res.stderr.view(B, copies) ** 2).sum(1).sqrt() / copies
     return nats, stderr, res
@@ -86,8 +88,8 @@ def test_ell_one_is_mdlm(time_conditioning):
     for sampler in samplers:
         want = mdlm.nll(x0, num_samples=3, generator=_gen(20), attention_mask=mask, time_sampler=sampler)
         for estimator in ("subtoken", "token_joint"):
-            got = p.nll(
-                x0, num_samples=3, generator=_gen(20), attention_mask=mask, estimator=estimator, time_sampler=sampler
+            (got,) = p.nll(
+                x0, estimators=[estimator], num_samples=3, generator=_gen(20), attention_mask=mask, time_sampler=sampler
             )
             assert torch.equal(got.nats, want.nats), (sampler, estimator)
             assert torch.equal(got.stderr, want.stderr) and torch.equal(got.tokens, want.tokens)
@@ -198,10 +200,12 @@ def test_estimator_kinds_and_unknown_estimator():
     p = prime(6, 3, 2, seed=4)
     x0 = torch.tensor([[0, 5, 3]])
     assert p.nll(x0, num_samples=2, generator=_gen(0)).kind == "bound"
-    assert p.nll(x0, num_samples=2, generator=_gen(0), estimator="subtoken").kind == "bound"
-    assert p.nll(x0, num_samples=2, generator=_gen(0), estimator="token_joint").kind == "paper-objective"
+    kinds = [r.kind for r in p.nll(x0, estimators=["token_joint", "subtoken"], num_samples=2, generator=_gen(0))]
+    assert kinds == ["paper-objective", "bound"]
     with pytest.raises(ValueError, match="token_joint"):
-        p.nll(x0, num_samples=2, estimator="joint")
+        p.nll(x0, estimators=["joint"], num_samples=2)
+    with pytest.raises(ValueError, match="empty"):
+        p.nll(x0, estimators=[], num_samples=2)
 
 
 @pytest.mark.parametrize("carry_over", [True, False])
@@ -287,7 +291,7 @@ def test_carry_over_and_weights_flags_reach_zeroshot_and_the_precision_audit(tra
             str(trained("prime")),
             "--tasks",
             "wiki_lastword",
-            "--limit",
+            "--max-rows",
             "2",
             "-K",
             "1",
@@ -333,12 +337,12 @@ def test_estimator_both_shares_one_forward_pass_and_equals_separate_runs(trained
     original = model.backbone.forward
     model.backbone.forward = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
     x0 = torch.randint(0, model.vocab_size, (4, model.seq_len), generator=torch.Generator().manual_seed(0))
-    both = model.nll_many(
+    both = model.nll(
         x0, estimators=["subtoken", "token_joint"], num_samples=2, generator=torch.Generator().manual_seed(1)
     )
     assert len(calls) == 2  # one forward pass per corruption, for both numbers
     for est, got in zip(["subtoken", "token_joint"], both):
-        alone = model.nll(x0, num_samples=2, generator=torch.Generator().manual_seed(1), estimator=est)
+        (alone,) = model.nll(x0, estimators=[est], num_samples=2, generator=torch.Generator().manual_seed(1))
         assert torch.allclose(got.nats, alone.nats, rtol=1e-6) and got.kind == alone.kind
     rec_both = run_ppl(trained("prime"), max_rows=4, estimator="both")
     rec_sub = run_ppl(trained("prime"), max_rows=4)

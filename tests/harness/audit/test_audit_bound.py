@@ -95,13 +95,13 @@ def test_bad_toy_strings_and_sizes_fail_with_a_message():
 
 def test_prime_checkpoint_shows_both_labelled_numbers(trained):
     path = str(trained("prime"))
-    res = _invoke(path, "--batches", "1", "--mc-samples", "3")
+    res = _invoke(path, "--max-rows", "8", "--mc-samples", "3")
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "UPPER BOUND on the NLL (sub-token bound)" in out
     assert "PAPER OBJECTIVE (token-joint L_vb), not a bound" in out
     assert "ppl" in out
-    res = _invoke(path, "--batches", "1", "--mc-samples", "3", "--json")
+    res = _invoke(path, "--max-rows", "8", "--mc-samples", "3", "--json")
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
     assert rec["protocol"]["checkpoint"] == path and rec["protocol"]["split"] == "validation"
@@ -145,7 +145,7 @@ def test_checkpoint_audit_labels_each_family():
 )
 def test_release_checkpoints_by_prefix_as_every_audit_takes_them(release_files, source, families):
     source = source.format(release_files)
-    res = _invoke(source, "--batches", "1", "--batch-size", "2", "--mc-samples", "2", "--json")
+    res = _invoke(source, "--max-rows", "2", "--batch-size", "2", "--mc-samples", "2", "--json")
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
     assert rec["protocol"]["checkpoint"] == source and rec["protocol"]["corpus"] == "wiki-embedded"

@@ -9,7 +9,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from harness.audit.idle_measure import UniformDenoiser, measure_idle
+from harness.audit.idle_measure import measure_idle, uniform_model
 from harness.cli import main
 
 PAPER = {1: "36.77", 2: "13.52", 3: "4.97", 4: "1.83", 6: "0.25", 8: "0.03"}
@@ -32,7 +32,7 @@ def _json(*args: str) -> dict:
 
 
 def test_idle_reproduces_the_prime_table_analytically():
-    args = ("idle", "--length", "1024", "--steps", "1024", "--ell", "1,2,3,4,6,8", "--runs", "0")
+    args = ("idle", "--seq-len", "1024", "--steps", "1024", "--ell", "1,2,3,4,6,8", "--samples", "0")
     res = _audit(*args)
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
@@ -52,12 +52,12 @@ def test_idle_reproduces_the_prime_table_analytically():
 
 
 def test_idle_paper_column_is_blank_outside_the_paper_setting():
-    rec = _json("idle", "--length", "512", "--steps", "1024", "--ell", "1", "--runs", "0")
+    rec = _json("idle", "--seq-len", "512", "--steps", "1024", "--ell", "1", "--samples", "0")
     assert rec["rows"][0]["paper_percent"] is None and rec["protocol"]["paper"] is None
 
 
 def test_idle_measured_through_the_sampler_agrees_with_analytic():
-    rec = _json("idle", "--length", "32", "--steps", "32", "--ell", "1,2", "--runs", "20")
+    rec = _json("idle", "--seq-len", "32", "--steps", "32", "--ell", "1,2", "--samples", "20")
     assert rec["protocol"]["measurement"]["sampler"] == "ancestral"
     for r in rec["rows"]:
         m = r["measured"]
@@ -70,7 +70,7 @@ def test_idle_measured_through_the_sampler_agrees_with_analytic():
 
 @pytest.mark.parametrize("schedule", ["loglinear", "polynomial:3"])
 def test_idle_measured_matches_analytic_for_other_schedules(schedule):
-    rec = _json("idle", "-L", "16", "-T", "16", "--ell", "1,3", "--runs", "40", "--schedule", schedule)
+    rec = _json("idle", "--seq-len", "16", "-T", "16", "--ell", "1,3", "--samples", "40", "--schedule", schedule)
     for r in rec["rows"]:
         m = r["measured"]
         assert abs(m["isr"] - r["isr"]) <= 4 * m["isr_stderr"] + 1e-12, r
@@ -78,32 +78,37 @@ def test_idle_measured_matches_analytic_for_other_schedules(schedule):
 
 def test_idle_batch_lowers_the_ratio():
     T, L, B = 64, 16, 4
-    rec = _json("idle", "-L", str(L), "-T", str(T), "--ell", "1,2", "--batch", str(B), "--runs", "0")
+    rec = _json("idle", "--seq-len", str(L), "-T", str(T), "--ell", "1,2", "--batch-size", str(B), "--samples", "0")
     for r in rec["rows"]:
         assert r["isr_batch"] == pytest.approx((1 - 1 / T) ** (B * L * r["ell"]), rel=1e-9)
         assert r["isr"] == pytest.approx((1 - 1 / T) ** (L * r["ell"]), rel=1e-9)
         assert r["isr_batch"] < r["isr"] and r["expected_nfe_batch"] > r["expected_nfe"]
-    table = _audit("idle", "-L", str(L), "-T", str(T), "--ell", "1", "--batch", str(B), "--runs", "0").stdout
+    table = _audit(
+        "idle", "--seq-len", str(L), "-T", str(T), "--ell", "1", "--batch-size", str(B), "--samples", "0"
+    ).stdout
     assert f"ISR (batch B={B})" in table and f"{100 * (1 - 1 / T) ** (B * L):.2f}%" in table
 
 
-def test_uniform_denoiser_drives_the_prime_sub_token_path():
+def test_uniform_model_is_the_registered_family_on_the_prime_sub_token_path():
+    from harness.models import family_class
     from harness.sampling import generate
 
-    model = UniformDenoiser(vocab_size=5, seq_len=6, ell=3)
-    assert (model.family, model.base, model.mask_id) == ("prime", 2, 2)
+    model = uniform_model(vocab_size=5, seq_len=6, ell=3)
+    # the family itself (its mask id, base, units, carry-over), only its network is uniform
+    assert type(model) is family_class("prime") and (model.base, model.mask_id, model.carry_over) == (2, 2, True)
+    assert not list(p for p in model.parameters() if p.numel())  # no weights
     out = generate(model, "ancestral", num_samples=4, batch_size=4, steps=8, generator=0)
     assert out.protocol["family"] == "prime" and out.protocol["ell"] == 3
     assert out.tokens.shape == (4, 6) and int(out.tokens.max()) < 5  # carry-over: only valid codes
     assert out.stats["invalid_codes"] == 0
-    mdlm = UniformDenoiser(vocab_size=5, seq_len=6)
-    assert (mdlm.family, mdlm.mask_id) == ("mdlm", 5)
+    mdlm = uniform_model(vocab_size=5, seq_len=6)
+    assert type(mdlm) is family_class("mdlm") and mdlm.mask_id == 5
     m = measure_idle(6, 8, 1, runs=3)
     assert m.runs == 3 and 0 <= m.isr <= 1 and m.nfe >= 1
 
 
 def test_idle_out_writes_a_record(tmp_path):
-    res = _audit("idle", "-L", "8", "-T", "8", "--ell", "1", "--runs", "2", "--out", str(tmp_path))
+    res = _audit("idle", "--seq-len", "8", "-T", "8", "--ell", "1", "--samples", "2", "--out", str(tmp_path))
     assert res.exit_code == 0, res.output
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1
@@ -117,13 +122,13 @@ def test_idle_out_writes_a_record(tmp_path):
     [
         (("--ell", "0"), "ell"),
         (("--ell", "1,x"), "integers"),
-        (("--length", "-3"), "--length"),
-        (("--runs", "-1"), "--runs"),
+        (("--seq-len", "-3"), "--seq-len"),
+        (("--samples", "-1"), "--samples"),
         (("--schedule", "cosine"), "unknown schedule"),
     ],
 )
 def test_idle_bad_inputs_exit_2(args, message):
-    res = _audit("idle", "--runs", "0", *args) if "--runs" not in args else _audit("idle", *args)
+    res = _audit("idle", "--samples", "0", *args) if "--samples" not in args else _audit("idle", *args)
     assert res.exit_code == 2, res.output
     assert message in res.output
 
@@ -132,7 +137,7 @@ def test_idle_bad_inputs_exit_2(args, message):
 
 
 def test_gumbel_probs_closed_forms_and_draws():
-    rec = _json("gumbel", "--probs", "0.1,0.2,0.3,0.4", "--draws", "50000")
+    rec = _json("gumbel", "--probs", "0.1,0.2,0.3,0.4", "--samples", "50000")
     assert rec["schema"] == "primebench-record/1" and rec["evaluation"] == "gumbel"
     assert rec["truncation_levels"]["float32"] == pytest.approx(16.6355, abs=1e-4)
     assert rec["truncation_levels"]["float64"] == pytest.approx(36.7368, abs=1e-4)
@@ -149,13 +154,13 @@ def test_gumbel_probs_closed_forms_and_draws():
     for r in emp:  # 50000 draws: within 5 binomial standard errors of the intended probabilities
         for q, p in zip(r["probs"], intended):
             assert abs(q - p) <= 5 * math.sqrt(p * (1 - p) / 50000)
-    res = _audit("gumbel", "--probs", "0.1,0.2,0.3,0.4", "--draws", "1000")
+    res = _audit("gumbel", "--probs", "0.1,0.2,0.3,0.4", "--samples", "1000")
     assert res.exit_code == 0 and "Prop. 5.2" in res.stdout and "M = 16.6355" in res.stdout
 
 
 def test_gumbel_probs_caps_the_displayed_classes():
     probs = ",".join(["1"] * 20)
-    res = _audit("gumbel", "--probs", probs, "--draws", "100", "--methods", "gumbel", "--dtype", "float32")
+    res = _audit("gumbel", "--probs", probs, "--samples", "100", "--method", "gumbel", "--dtype", "float32")
     assert res.exit_code == 0, res.output
     assert (
         "rest (9 classes)" in res.stdout
@@ -167,7 +172,7 @@ def test_gumbel_probs_caps_the_displayed_classes():
 
 def test_gumbel_mdlm_step_aggregates():
     rec = _json(
-        "gumbel", "--mdlm-step", "1", "--steps", "1024", "--vocab", "50257", "--methods", "gumbel", "--draws", "50"
+        "gumbel", "--mdlm-step", "1", "--steps", "1024", "--vocab", "50257", "--method", "gumbel", "--samples", "50"
     )
     rows = rec["rows"]
     assert {r["case"] for r in rows} == {"peaked", "flat"}
@@ -180,13 +185,13 @@ def test_gumbel_mdlm_step_aggregates():
     flat = {r["source"] + str(r["dtype"]): r for r in rows if r["case"] == "flat"}
     assert flat["intended" + "None"]["entropy"] == pytest.approx(math.log(50257), rel=1e-12)
     assert all(r["draws"] == 50 and r["events"] is not None for r in rows if r["source"] == "empirical")
-    res = _audit("gumbel", "--mdlm-step", "1", "--vocab", "50257", "--methods", "gumbel", "--dtype", "float32")
+    res = _audit("gumbel", "--mdlm-step", "1", "--vocab", "50257", "--method", "gumbel", "--dtype", "float32")
     assert res.exit_code == 0, res.output
     assert "/ 333" in res.stdout and "2^24" in res.stdout and "M = 16.6355" in res.stdout
 
 
 def test_gumbel_out_writes_a_record(tmp_path):
-    res = _audit("gumbel", "--probs", "0.5,0.5", "--draws", "10", "--out", str(tmp_path))
+    res = _audit("gumbel", "--probs", "0.5,0.5", "--samples", "10", "--out", str(tmp_path))
     assert res.exit_code == 0, res.output
     (path,) = tmp_path.glob("*.json")
     rec = json.loads(path.read_text())
@@ -204,8 +209,8 @@ def test_gumbel_out_writes_a_record(tmp_path):
         (("--probs", "0.5,0.5", "--mdlm-step", "1"), "exactly one of --probs"),
         (("--probs", "0.5,0.5", "--vocab", "10"), "only with --mdlm-step"),
         (("--mdlm-step", "5", "--steps", "4"), "past the last step"),
-        (("--probs", "0.5,0.5", "--dtype", "float16"), "unsupported dtype"),
-        (("--probs", "0.5,0.5", "--methods", "gumbel,foo"), "unknown method"),
+        (("--probs", "0.5,0.5", "--dtype", "float16"), "unknown dtype"),
+        (("--probs", "0.5,0.5", "--method", "gumbel,foo"), "unknown method"),
     ],
 )
 def test_gumbel_bad_inputs_exit_2(args, message):

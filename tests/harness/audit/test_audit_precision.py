@@ -177,7 +177,7 @@ def test_cli_precision_table_json_and_plot(trained, tmp_path):
             "--samples",
             "2",
             "--no-controls",
-            "--dtypes",
+            "--dtype",
             "float64",
             "--bits",
             "--json",

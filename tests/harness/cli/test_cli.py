@@ -92,7 +92,7 @@ def test_table_command_offers_every_layout_and_format():
 
 
 def test_estimator_choices_come_from_the_registry():
-    from harness.cli.options import estimator_choices
+    from harness.cli.parsing import estimator_choices
     from harness.models import MODELS, family_names
 
     offered = {e.name for f in family_names() for e in MODELS.get(f).estimators}

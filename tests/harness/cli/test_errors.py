@@ -75,8 +75,46 @@ def test_a_file_system_error_on_any_path_is_an_error_line(tmp_path):
     from tests.harness.views.test_tables import _ppl
 
     write_record(_ppl("a", "arm", kind="exact", se=0.0), tmp_path / "recs")
-    res = _run("table", tmp_path / "recs", "--format", "md", "--out", tmp_path / ("b" * 300) / "t.md")
-    _clean_error(res, "error: File name too long: ", "fix: use a shorter path")
+    res = _run("table", tmp_path / "recs", "--format", "md", "--out", tmp_path / ("b" * 300))
+    _clean_error(res, "File name too long", "fix: use a shorter path")  # --out is checked when parsed
+
+
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [
+        ("ENAMETOOLONG", "use a shorter path"),
+        ("ENOSPC", "free space on that disk"),
+        ("EACCES", "use a path you can read and write"),
+    ],
+)
+def test_an_os_error_raised_inside_a_command_is_an_error_line(tmp_path, code, fix):
+    """Any OSError with a file name that escapes a command becomes `error: <what>: <path>` + fix, exit 2;
+    one without a file name is a bug (traceback, exit 1)."""
+    import errno
+    import os
+
+    import click
+
+    from harness.cli import _Group
+
+    @click.group(cls=_Group)
+    def group():
+        pass
+
+    @group.command()
+    @click.option("--named/--unnamed", default=True)
+    def boom(named):
+        number = getattr(errno, code)
+        if named:
+            raise OSError(number, os.strerror(number), str(tmp_path / "x"))
+        raise OSError(number, os.strerror(number))
+
+    res = CliRunner().invoke(group, ["boom"])
+    assert res.exit_code == 2, res.output
+    assert f"error: {os.strerror(getattr(errno, code))}: '{tmp_path / 'x'}'" in res.output
+    assert f"fix: {fix}" in res.output
+    res = CliRunner().invoke(group, ["boom", "--unnamed"])
+    assert res.exit_code == 1 and "a bug in primebench" in res.output
 
 
 def test_restart_with_a_tokenizer_folder_that_is_a_link_removes_the_link_only(tmp_path):

@@ -189,3 +189,38 @@ def test_a_model_no_better_than_unigram_is_flagged_in_the_table_and_on_stderr(tr
     assert "(!)" not in render(build_table([fake], "ppl"), "md")
     off = runner.invoke(main, ["eval", "ppl", str(trained("mdlm")), "--max-rows", "2", "--no-references", "--json"])
     assert off.exit_code == 0 and "references" not in json.loads(off.stdout)
+
+
+def test_the_number_is_a_short_path_from_run_ppl(trained, monkeypatch):
+    """docs/ppl-trace.md: from run_ppl to the network, every hop is a named function of the trace,
+    with no wrapper, kwargs dict or second calling convention in between."""
+    import inspect
+    from pathlib import Path
+
+    from baselines.mdlm import MDLM
+
+    root = Path(__file__).resolve().parents[3]
+    packages = tuple(str(root / p) for p in ("harness", "prime", "baselines"))
+    chains = []
+    real = MDLM.log_probs
+
+    def spy(self, *args, **kwargs):
+        frames = [f for f in inspect.stack()[1:] if f.filename.startswith(packages)]
+        chains.append([f"{Path(f.filename).stem}.{f.function}" for f in frames])
+        return real(self, *args, **kwargs)
+
+    checkpoint = trained("mdlm")  # trained before the spy goes in
+    monkeypatch.setattr(MDLM, "log_probs", spy)
+    run_ppl(checkpoint, max_rows=2, batch_size=2, references=False)
+    assert chains and all(
+        chain
+        == [
+            "masked_diffusion.nll_terms",
+            "diffusion.monte_carlo_nelbo",
+            "masked_diffusion.nll",
+            "ppl.evaluate_nll",
+            "ppl.score_rows",
+            "ppl.run_ppl",
+        ]
+        for chain in chains
+    ), chains

@@ -270,7 +270,7 @@ def test_cli_zeroshot_records_labelled_metrics(trained, tmp_path):
             str(trained("mdlm")),
             "--tasks",
             "wiki_lastword",
-            "--limit",
+            "--max-rows",
             "5",
             "-K",
             "2",
@@ -299,7 +299,7 @@ def test_cli_zeroshot_records_labelled_metrics(trained, tmp_path):
             str(trained("arm")),
             "--tasks",
             "wiki_rolling,wiki_lastword",
-            "--limit",
+            "--max-rows",
             "1",
             "--batch-size",
             "64",
@@ -311,7 +311,7 @@ def test_cli_zeroshot_records_labelled_metrics(trained, tmp_path):
 
 def test_cli_zeroshot_registry_task_offline_is_a_clear_error(trained):
     res = CliRunner().invoke(
-        main, ["eval", "zeroshot", str(trained("arm")), "--tasks", "lambada_openai", "--limit", "2"]
+        main, ["eval", "zeroshot", str(trained("arm")), "--tasks", "lambada_openai", "--max-rows", "2"]
     )
     assert res.exit_code == 2
     assert "lambada_openai" in res.output and "wiki_rolling, wiki_lastword" in res.output

@@ -98,3 +98,37 @@ def test_arm_corruptible_scores_only_the_marked_targets():
 
 def test_registry_lists_the_four_families():
     assert family_names() == ["arm", "masked", "mdlm", "prime"] and len(MODELS) == 4
+
+
+def test_the_time_sampler_is_decided_by_the_family():
+    """One method decides it: the family's protocol by default, the unbiased mask count on request
+    (audits, lm-eval), None for an exact NLL; every caller asks ``model.time_sampler``."""
+    mdlm, masked, prime, arm = (tiny(f, C=7, L=6) for f in ("mdlm", "masked", "prime", "arm"))
+    timed = tiny("mdlm", C=7, L=6, time_conditioning=True)
+    assert [m.time_sampler() for m in (mdlm, masked, prime, timed, arm)] == ["t", "n", "t", "t", None]
+    assert [m.time_sampler(unbiased=True) for m in (mdlm, masked, prime, timed, arm)] == ["n", "n", "n", "t", None]
+    assert mdlm.time_sampler("n") == "n" and arm.time_sampler("t") is None
+    assert all(m.time_sampler() == m.default_time_sampler for m in (mdlm, masked, prime, arm))
+    with pytest.raises(ValueError, match="unknown time sampler"):
+        mdlm.time_sampler("x")
+    # nll uses the same default: the family's protocol draw equals the explicit one
+    x0 = torch.randint(0, 7, (2, 6), generator=torch.Generator().manual_seed(0))
+    for model in (mdlm, masked):
+        auto = model.nll(x0, num_samples=2, generator=torch.Generator().manual_seed(1))
+        named = model.nll(
+            x0, num_samples=2, generator=torch.Generator().manual_seed(1), time_sampler=model.time_sampler()
+        )
+        assert torch.equal(auto.nats, named.nats)
+
+
+@pytest.mark.parametrize("family,kw", [("arm", {}), ("mdlm", {}), ("prime", {"ell": 2})])
+def test_nll_takes_an_explicit_estimator_list(family, kw):
+    model = tiny(family, C=7, L=6, seed=5, **kw)
+    x0 = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(0))
+    names = [e.name for e in model.estimators]
+    one = model.nll(x0, num_samples=2, generator=torch.Generator().manual_seed(1))
+    many = model.nll(x0, estimators=names, num_samples=2, generator=torch.Generator().manual_seed(1))
+    assert isinstance(many, list) and [r.kind for r in many] == [e.kind for e in model.estimators]
+    assert torch.equal(many[0].nats, one.nats) and one.kind == model.estimators[0].kind
+    with pytest.raises(ValueError, match="unknown estimator"):
+        model.nll(x0, estimators=["nope"])

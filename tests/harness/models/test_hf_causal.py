@@ -65,7 +65,7 @@ def test_hf_model_through_eval_ppl_genppl_and_zeroshot(gpt2_folder, tmp_path):
     assert res.exit_code == 0, res.output
     gen = json.loads(res.stdout[res.stdout.index("{") :])
     assert gen["protocol"]["judge_retokenization"]["separators"]["judge_eos_id"] == 50256
-    res = CliRunner().invoke(main, ["eval", "zeroshot", src, "--tasks", "wiki_lastword", "--limit", "2", "--json"])
+    res = CliRunner().invoke(main, ["eval", "zeroshot", src, "--tasks", "wiki_lastword", "--max-rows", "2", "--json"])
     assert res.exit_code == 0, res.output
 
 

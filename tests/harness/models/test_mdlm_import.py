@@ -127,7 +127,7 @@ def test_imported_mdlm_through_zeroshot_and_the_precision_audit(tmp_path):
             f"mdlm-hf:{folder}",
             "--tasks",
             "wiki_lastword",
-            "--limit",
+            "--max-rows",
             "2",
             "--mc-samples",
             "2",

@@ -29,7 +29,9 @@ def _no_pickles(folder):
 
 def test_import_of_a_lightning_mdlm_ckpt_round_trips(release_files, tmp_path):
     ckpt = release_files / "mdlm.ckpt"
-    res = CliRunner().invoke(main, ["import", "--format", "mdlm-ckpt", str(ckpt), "--out", str(tmp_path / "imp")])
+    res = CliRunner().invoke(
+        main, ["import", "--source-format", "mdlm-ckpt", str(ckpt), "--out", str(tmp_path / "imp")]
+    )
     assert res.exit_code == 0, res.output
     assert _no_pickles(tmp_path / "imp")
     z = torch.randint(0, releases.V, (2, releases.L), generator=torch.Generator().manual_seed(0))
@@ -122,7 +124,7 @@ def test_release_prime_and_ar_through_genppl_zeroshot_and_precision(release_file
     assert res.exit_code == 0, res.output
     record = json.loads(res.stdout[res.stdout.index("{") :])
     assert record["protocol"]["judge"] == f"arm:{ar}" and record["model"]["checkpoint"] == prime
-    res = runner.invoke(main, ["eval", "zeroshot", ar, "--tasks", "wiki_lastword", "--limit", "2", "--json"])
+    res = runner.invoke(main, ["eval", "zeroshot", ar, "--tasks", "wiki_lastword", "--max-rows", "2", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout[res.stdout.index("{") :])["protocol"]["model_source"] == ar
     res = runner.invoke(

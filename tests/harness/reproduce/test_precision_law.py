@@ -154,7 +154,7 @@ def test_reproduce_precision_smoke_run(tmp_path):
     from harness.cli import main
 
     out = tmp_path / "precision"
-    args = ["reproduce", "precision", "--out", str(out), "--steps", "1", "--sampling-steps", "2", "--samples", "2"]
+    args = ["reproduce", "precision", "--out", str(out), "--train-steps", "1", "--steps", "2", "--samples", "2"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     text = (out / "tables.md").read_text()
@@ -176,7 +176,7 @@ def test_reproduce_precision_smoke_run(tmp_path):
 def test_per_name_ints_parses_one_number_or_pairs():
     import click
 
-    from harness.cli.options import per_name_ints
+    from harness.cli.parsing import per_name_ints
 
     names = ("mdlm", "prime")
     assert per_name_ints("16", names) == {"mdlm": 16, "prime": 16}

@@ -66,7 +66,7 @@ def test_small_smoke_run(trained, tmp_path):
             "small",
             "--out",
             str(out),
-            "--steps",
+            "--train-steps",
             "1",
             "--max-rows",
             "2",

@@ -45,7 +45,7 @@ def any_order_distribution(model) -> dict[tuple, float]:
     units = UnitModel(model)
     x = all_sequences(units.vocab_size, units.seq_len)
     with torch.no_grad():
-        if units.subtokens:
+        if model.subtokens:  # the family's own fact: units are sub-tokens of a code
             nll = exact_nll(model.denoiser(), x, C=units.vocab_size, ell=units.ell)
         else:
             nll = exact_nll(lambda y: model.backbone(y[..., 0]), x, C=units.vocab_size, ell=1)

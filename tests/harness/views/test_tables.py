@@ -248,7 +248,7 @@ def test_cli_table(tmp_path):
     assert "paper objective" in res.output
     out = tmp_path / "tables" / "ppl.tex"
     files = [str(f) for f in sorted(folder.glob("*.json"))]
-    res = runner.invoke(main, ["table", *files, "--layout", "ppl", "--format", "latex", "--out", str(out)])
+    res = runner.invoke(main, ["table", *files, "--layout", "ppl", "--format", "latex", "--out", str(out.parent)])
     assert res.exit_code == 0, res.output
     assert r"\toprule" in out.read_text() and r"\toprule" not in res.stdout
 

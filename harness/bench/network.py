@@ -1,0 +1,163 @@
+"""Bench stages 2-4, the network's cost: the backbone forward and one training step as fractions of
+the GEMM ceiling, and each family's NLL per Monte-Carlo sample against the ARM's exact NLL."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.bench.measure import C_GPT2, Figure, block_matmuls, median_time, sync_for
+
+
+def backbone_flops(B: int, L: int, d: int, layers: int, vocab_out: int) -> int:
+    """Matmul FLOPs of one forward: blocks (GEMMs and attention) and the output projection."""
+    per_block = sum(2 * m * k * n for m, k, n in block_matmuls(B * L, d)) + 4 * B * L * L * d
+    return layers * per_block + 2 * B * L * d * vocab_out
+
+
+def _our_backbone(B, L, d, layers, heads, vocab, device):
+    from harness.backbone import Backbone, BackboneConfig
+
+    net = (
+        Backbone(
+            BackboneConfig(vocab_in=vocab + 1, vocab_out=vocab, seq_len=L, d_model=d, n_layers=layers, n_heads=heads)
+        )
+        .to(device)
+        .eval()
+    )
+    return net, torch.randint(0, vocab, (B, L), device=device)
+
+
+def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats=5, ceiling: float, device="cpu"):
+    """Stage 2: the forward of our backbone (batch ``B``, length ``L``, width ``d``) and of
+    ``nn.TransformerEncoder`` of the same size, each as a fraction of ``ceiling`` (FLOP/s, from
+    :func:`harness.bench.measure.gemm_throughput`), and their ratio. Returns three :class:`Figure`."""
+    net, ids = _our_backbone(B, L, d, layers, heads, vocab, device)
+    ref = (
+        nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(
+                d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+            ),
+            layers,
+            enable_nested_tensor=False,
+        )
+        .to(device)
+        .eval()
+    )
+    h = torch.randn(B, L, d, device=device)
+    with torch.no_grad():
+        ours = median_time(lambda: net(ids), repeats, sync=sync_for(device))
+        theirs = median_time(lambda: ref(h), repeats, sync=sync_for(device))
+    flops_ours = backbone_flops(B, L, d, layers, vocab)
+    flops_ref = backbone_flops(B, L, d, layers, 0)
+    frac_ours, frac_ref = flops_ours / ours / ceiling, flops_ref / theirs / ceiling
+    shape = {"batch": B, "seq_len": L, "d_model": d, "n_layers": layers, "n_heads": heads, "vocab_out": vocab}
+    return [
+        Figure(
+            "forward: backbone / GEMM ceiling",
+            frac_ours,
+            "fraction",
+            ">= 0.70",
+            frac_ours >= 0.70,
+            dict(shape, seconds=ours, gflops=flops_ours / 1e9),
+        ),
+        Figure(
+            "forward: nn.TransformerEncoder / GEMM ceiling",
+            frac_ref,
+            "fraction",
+            None,
+            None,
+            dict(shape, seconds=theirs, gflops=flops_ref / 1e9),
+        ),
+        Figure(
+            "forward: backbone over nn.TransformerEncoder (same FLOPs basis)",
+            frac_ours / frac_ref,
+            "ratio",
+            ">= 1.00",
+            frac_ours / frac_ref >= 1.0,
+        ),
+    ]
+
+
+def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats=3, ceiling: float, device="cpu"):
+    """Stage 3: a training step of MDLM as the trainer runs it (loss, backward, clip, AdamW, EMA) as a
+    fraction of ``ceiling`` (FLOP/s), counting 3x the forward FLOPs. Returns one :class:`Figure`."""
+    from harness.models import build_model
+    from harness.training import EMA, make_optimizer
+
+    model = build_model("mdlm", vocab_size=vocab, seq_len=L, d_model=d, n_layers=layers, n_heads=heads).to(device)
+    model.train()
+    opt = make_optimizer(model, lr=3e-4, weight_decay=0.0)
+    ema = EMA(model, 0.9999)
+    x = torch.randint(0, vocab, (B, L), device=device)
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model.loss(x, generator=g).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+        ema.update(model)
+
+    seconds = median_time(step, repeats, sync=sync_for(device))
+    flops = 3 * backbone_flops(B, L, d, layers, vocab)
+    frac = flops / seconds / ceiling
+    return Figure(
+        "train step / GEMM ceiling (3x forward FLOPs)",
+        frac,
+        "fraction",
+        ">= 0.50",
+        frac >= 0.50,
+        {
+            "seconds": seconds,
+            "batch": B,
+            "seq_len": L,
+            "d_model": d,
+            "n_layers": layers,
+            "optimizer": "AdamW (foreach)",
+            "clip": "foreach",
+            "ema": "foreach",
+        },
+    )
+
+
+def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=3, device="cpu"):
+    """Stage 4: ``model.nll`` of MDLM, masked and Prime (ell 2, 4) per Monte-Carlo sample over the ARM's
+    exact NLL, same backbone size, ``C`` classes. Returns the ARM's seconds, then one ratio per family."""
+    from harness.models import build_model
+
+    common = dict(vocab_size=C, seq_len=L, d_model=d, n_layers=layers, n_heads=heads)
+    x0 = torch.randint(0, C, (B, L), generator=torch.Generator().manual_seed(0)).to(device)
+    seconds = {}
+    cases = [("arm", {}), ("mdlm", {}), ("masked", {}), ("prime", {"ell": 2}), ("prime", {"ell": 4})]
+    for family, extra in cases:
+        model = build_model(family, **dict(common, **extra)).to(device).eval()
+        label = family + (f" ell={extra['ell']}" if extra else "")
+
+        def run(model=model):
+            if model.uses_time_sampler:  # one Monte-Carlo corruption
+                model.nll(x0, num_samples=1, generator=torch.Generator(device=device).manual_seed(1))
+            else:
+                model.nll(x0)
+
+        seconds[label] = median_time(run, repeats, sync=sync_for(device))
+    arm = seconds[cases[0][0]]
+    out = []
+    for label, s in seconds.items():
+        if label == cases[0][0]:
+            out.append(
+                Figure("nll: ARM exact NLL per forward", s, "seconds", None, None, {"C": C, "batch": B, "seq_len": L})
+            )
+            continue
+        ratio = s / arm
+        out.append(
+            Figure(
+                f"nll: {label} per Monte-Carlo sample / ARM exact",
+                ratio,
+                "ratio",
+                "<= 1.25",
+                ratio <= 1.25,
+                {"seconds": s},
+            )
+        )
+    return out

@@ -1,0 +1,125 @@
+"""Parsing of option values: comma lists, per-model numbers and choices read from the registries when
+first needed. Declarations of the options are in :mod:`harness.cli.options`."""
+
+from __future__ import annotations
+
+import click
+
+
+def int_list(value: str, *, example: str = "64,256,1024", minimum: int = 1) -> list[int]:
+    """ "1,2,3" -> [1, 2, 3]; every entry an integer >= ``minimum``, else click.BadParameter."""
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers (e.g. {example})") from None
+    if not out or min(out) < minimum:
+        raise click.BadParameter(f"{value!r}: every entry must be an integer >= {minimum}, e.g. {example}")
+    return out
+
+
+def per_name_ints(value: str, names, *, example: str = "mdlm=48,prime=8") -> dict[str, int]:
+    """ "N" -> {name: N for every name}; "a=N,b=M" -> {a: N, b: M} for those names only. Every N is an
+    integer >= 1 and every name one of ``names``, else click.BadParameter."""
+    names = tuple(names)
+    pairs = [item.strip() for item in value.split(",") if item.strip()]
+    if len(pairs) == 1 and "=" not in pairs[0]:
+        if not pairs[0].isdigit() or int(pairs[0]) < 1:
+            raise click.BadParameter(f"{value!r}: N must be an integer >= 1 (e.g. 16, or {example})")
+        return dict.fromkeys(names, int(pairs[0]))
+    out = {}
+    for item in pairs:
+        name, sep, number = item.partition("=")
+        if not sep or name.strip() not in names:
+            raise click.BadParameter(
+                f"{item!r}: expected N, or NAME=N pairs with NAME one of {', '.join(names)} (e.g. {example})"
+            )
+        if not number.strip().isdigit() or int(number) < 1:
+            raise click.BadParameter(f"{item!r}: N must be an integer >= 1 (e.g. {example})")
+        out[name.strip()] = int(number)
+    if not out:
+        raise click.BadParameter(f"{value!r} is empty (e.g. {example})")
+    return out
+
+
+class LazyChoice(click.Choice):
+    """A click.Choice whose values come from a function called when first needed (e.g. the model
+    registry), so that defining the CLI imports no model code."""
+
+    def __init__(self, values, case_sensitive: bool = True):
+        self._values = values
+        self._cached = None
+        super().__init__((), case_sensitive=case_sensitive)
+
+    @property
+    def choices(self):
+        if self._cached is None:
+            self._cached = tuple(self._values())
+        return self._cached
+
+    @choices.setter
+    def choices(self, value):
+        pass
+
+
+def estimator_choices() -> list[str]:
+    """``--estimator`` values: default (the family's first), both (all it offers), or an estimator name."""
+    from harness.models import estimator_names
+
+    return ["default", "both", *estimator_names()]
+
+
+def comma_list(names, what: str):
+    """A click callback: "a,b" -> ["a", "b"], each one of ``names()`` (a registry's names), else
+    click.BadParameter naming the ``what`` and the choices."""
+
+    def parse(ctx, param, value: str | None) -> list[str] | None:
+        if value is None:
+            return None
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        allowed = list(names())
+        if not items:
+            raise click.BadParameter(f"give at least one of {', '.join(allowed)}")
+        for item in items:
+            if item not in allowed:
+                raise click.BadParameter(f"unknown {what} {item!r}; choose from {', '.join(allowed)}")
+        return items
+
+    return parse
+
+
+def int_list_callback(example: str, minimum: int = 1):
+    """A click callback for :func:`int_list` (None stays None)."""
+    return lambda ctx, param, value: None if value is None else int_list(value, example=example, minimum=minimum)
+
+
+class Command(click.Command):
+    """A click command whose renamed options still parse under their old spelling for one release.
+
+    ``aliases`` maps an old spelling (``--runs``, ``-R``) to the new one (``--samples``); an old
+    spelling is rewritten before parsing, with a deprecation line on stderr, and is hidden from help.
+    """
+
+    def __init__(self, *args, aliases: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.aliases = dict(aliases or {})
+
+    def parse_args(self, ctx, args):
+        out, rest = [], list(args)
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--":
+                out += [arg, *rest]
+                break
+            out.append(self._rename(arg))
+        return super().parse_args(ctx, out)
+
+    def _rename(self, arg: str) -> str:
+        for old, new in self.aliases.items():
+            short = len(old) == 2 and not arg.startswith("--") and arg.startswith(old)
+            if arg == old or arg.startswith(old + "=") or short:
+                click.echo(
+                    f"warning: {old} is deprecated; use {new} (the old spelling goes in the next release)", err=True
+                )
+                value = arg[len(old) :].removeprefix("=")
+                return new + (f"={value}" if value else "")
+        return arg

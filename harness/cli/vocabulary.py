@@ -1,0 +1,48 @@
+"""The one meaning of every option name that more than one command takes. Commands declare those
+options through :func:`harness.cli.options.option`, which starts each help text with this meaning;
+``docs/cli.md`` lists the table, and a test checks every command against it."""
+
+from __future__ import annotations
+
+VOCABULARY: dict[str, str] = {
+    "--out": "Output folder (created if missing; checked before any work starts).",
+    "--json": "Print JSON on stdout (the record, or the summary) instead of the human-readable output.",
+    "--device": "torch device: cpu, cuda, cuda:N or mps (checked before anything loads).",
+    "--seed": "Seed of the run.",
+    "--seeds": "Number of seeds: seed, seed + 1, ..., seed + N - 1.",
+    "--steps": "Sampling steps T.",
+    "--train-steps": "Training steps, overriding train.steps (a smoke run; recorded).",
+    "--samples": "Generated samples (sequences, images or draws).",
+    "--mc-samples": "Monte-Carlo corruptions per sequence (diffusion families; the ARM is exact).",
+    "--batch-size": "Sequences per batch.",
+    "--seq-len": "Sequence length L in tokens.",
+    "--max-rows": "Score only the first N rows (sequences or documents; recorded).",
+    "--dtype": "Floating-point precision of the categorical draws.",
+    "--method": "Categorical draw method.",
+    "--draw": "Ancestral step: two-stage (reveal decision in float64, then the token by inverse CDF; cost "
+    "follows NFE) or joint (MDLM's draw over C + 1 outcomes with --method; the reference). Recorded.",
+    "--sampler": "Sampler: ancestral, first-hitting, maskgit or autoregressive [default: the family's].",
+    "--time-sampler": "Time draw of the likelihood: t (MDLM's time draw) or n (exact mask count, weight N/n) "
+    "[default: the family's].",
+    "--ema": "Use the EMA weights (as MDLM does) or the raw ones. Recorded.",
+    "--carry-over": "Prime: with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.",
+    "--judge": "Gen-PPL judge: smollm2 (offline), an HF causal LM folder or name, or arm:CKPT.",
+    "--bits": "Entropy in bits instead of nats.",
+    "--force": "Redo every stage, even those done with the same config.",
+    "--dry-run": "Print the plan (what is trained or loaded, evaluated, and its compute) and stop; works offline.",
+    "--checkpoint": "NAME=SRC: use this checkpoint (any source `primebench import` takes) for model NAME; repeatable.",
+    "--nproc": "Processes per node: the commands run under torchrun when > 1.",
+    "--tflops": "Measured TFLOP/s per GPU (e.g. from `primebench bench --device cuda`), for the hours estimate.",
+    "--gpu": "Name of that GPU, for the plan's text.",
+    "--tokenizer": "Tokenizer spec (bpe:N, char, gpt2, an HF tokenizer folder, ...).",
+}
+
+#: options whose meaning changed where no hidden alias could keep the old one
+CHANGED_MEANING: dict[str, str] = {
+    "reproduce precision --steps": "was the training steps; it is now the sampling steps (the old "
+    "`--sampling-steps`), as in every command. Training steps are `--train-steps`.",
+    "audit bound --batches N": "counted validation batches; `--max-rows` counts rows. `--batches` still parses "
+    "for one release, as N x `--batch-size` rows.",
+    "table --out": "was a file; it is now a folder that receives LAYOUT.EXT (ppl.md, ...). A path ending in "
+    ".txt, .md, .tex or .csv that is not a folder is still written as that file for one release.",
+}

@@ -1,0 +1,246 @@
+"""What the release loaders of :mod:`harness.models.mdlm_import` share: reading a release's Lightning
+checkpoint without running code, its model sizes, its EMA weights, the release's DiT loaded
+strictly, the tokenizer of a release, and the config that describes the loaded model as ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.errors import CheckpointError
+from harness.models.release_config import config_size
+
+LOGLINEAR_EPS = 1e-3
+
+
+def _sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
+    if time_conditioning and t is not None:
+        return -torch.log1p(-(1 - LOGLINEAR_EPS) * t.float())
+    return torch.zeros(rows, device=device)
+
+
+@dataclass(frozen=True)
+class ReleaseCkpt:
+    """What an import reads from a release's Lightning checkpoint: the backbone's weights (keys
+    without ``backbone.``), the Hydra config as plain data, the EMA ``shadow_params`` (None for raw
+    weights) and the tokenizer pickled in the hyper-parameters, as its ``tokenizers`` JSON (or None)."""
+
+    state: dict
+    config: dict
+    shadow: list | None
+    tokenizer_json: str | None
+
+
+def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> ReleaseCkpt:
+    """Read a Lightning checkpoint of MDLM, MDM-Prime or their AR baseline, without running code;
+    one of another kind than ``prefix`` (``mdlm-ckpt:``, ...) is refused naming the right prefix."""
+    from harness.safe_load import load_lightning_checkpoint, plain, saved_tokenizer_json
+
+    blob = load_lightning_checkpoint(path, what=what)
+    if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
+        raise CheckpointError(
+            f"{str(path)!r} is not a Lightning checkpoint (no state_dict)", fix="pass the release's .ckpt file"
+        )
+    raw_hp = blob.get("hyper_parameters") or {}
+    hp = plain(raw_hp)
+    config = hp.get("config", hp) if isinstance(hp, dict) else {}
+    state = {k.removeprefix("backbone."): v for k, v in blob["state_dict"].items() if k.startswith("backbone.")}
+    if "vocab_embed.embedding" not in state:
+        raise CheckpointError(
+            f"{str(path)!r} has no backbone.vocab_embed.embedding: not the release's DiT layout",
+            fix="pass a checkpoint of the DiT backbone",
+        )
+    from harness.models.sources import check_ckpt_prefix
+
+    check_ckpt_prefix(path, state, config if isinstance(config, dict) else {}, used=prefix)
+    shadow = None
+    if ema:
+        shadow = (blob.get("ema") or {}).get("shadow_params") if isinstance(blob.get("ema"), dict) else None
+        if not shadow:
+            raise CheckpointError(
+                f"{str(path)!r} holds no EMA weights (ema.shadow_params)", fix="load the raw weights with ema=False"
+            )
+    saved = saved_tokenizer_json(raw_hp.get("tokenizer")) if isinstance(raw_hp, dict) else None
+    return ReleaseCkpt(
+        state=state, config=config if isinstance(config, dict) else {}, shadow=shadow, tokenizer_json=saved
+    )
+
+
+def _model_shape(config: dict, where: str, **extra) -> dict:
+    """The network sizes in the Hydra config under ``hyper_parameters``, read strictly (integers >= 1)."""
+    model_cfg = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
+    keys = {
+        "model_length": "length",
+        "hidden_dim": "hidden_size",
+        "cond_dim": "cond_dim",
+        "n_blocks": "n_blocks",
+        "n_heads": "n_heads",
+    }
+    return {
+        ours: config_size(model_cfg, theirs, where=f"{where} (hyper_parameters)", label=f"model.{theirs}")
+        for ours, theirs in keys.items()
+    } | extra
+
+
+def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
+    """The EMA copy of each parameter: ``shadow_params`` follow the network's parameter order."""
+    names = [n for n, _ in _dit(shape).named_parameters()]
+    if len(shadow) < len(names):
+        raise CheckpointError(
+            f"{where}: {len(shadow)} EMA tensors for {len(names)} parameters", fix="load the raw weights with ema=False"
+        )
+    out = dict(state)
+    for name, value in zip(names, shadow):
+        if name in state and tuple(value.shape) != tuple(state[name].shape):
+            raise CheckpointError(
+                f"{where}: EMA tensor for {name!r} has shape {tuple(value.shape)}, the weight "
+                f"{tuple(state[name].shape)}",
+                fix="load the raw weights with ema=False",
+            )
+        out[name] = value
+    return out
+
+
+def _dit(shape: dict):
+    from harness.models.mdlm_dit import MDLMDiT
+
+    return MDLMDiT(
+        vocab_size=shape["vocab_size"],
+        hidden_dim=shape["hidden_dim"],
+        cond_dim=shape["cond_dim"],
+        n_blocks=shape["n_blocks"],
+        n_heads=shape["n_heads"],
+        vocab_out=shape.get("vocab_out"),
+        ell=shape.get("ell", 1),
+        causal=bool(shape.get("causal", False)),
+    )
+
+
+def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
+    """The DiT of ``shape`` loaded strictly from ``state`` (keys without ``backbone.``)."""
+    dit = _dit(shape)
+    state = dict(state)
+    state.pop("rotary_emb.inv_freq", None)  # a buffer the original saves; ours is computed the same way
+    expected = dit.state_dict()
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected)) + sorted(extra_keys)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"weights in {where!r} are not the DiT layout of the release (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})",
+            fix="pass a checkpoint of the release (keys backbone.*)",
+        )
+    for key, value in state.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(
+                f"weight {key!r} has shape {tuple(value.shape)}; the config builds {tuple(expected[key].shape)}",
+                fix="the config and the weights come from different models",
+            )
+    dit.load_state_dict({k: v.float() for k, v in state.items()})
+    return dit
+
+
+def _provenance(source: str, ema: bool | None) -> dict:
+    extra = {"source": source, "network": "the release's DiT"}
+    if ema is not None:
+        extra["weights"] = "EMA" if ema else "raw"
+    return extra
+
+
+def _finish(
+    model,
+    backbone,
+    config_class,
+    *,
+    shape,
+    time_conditioning,
+    tokenizer_folder,
+    C,
+    where,
+    device,
+    tokenizer=None,
+    **model_keys,
+):
+    """Swap the placeholder network for the release's, and describe the model as our configs do."""
+    from harness.config import Config, DataConfig
+
+    tokenizer = tokenizer if tokenizer is not None else _tokenizer(tokenizer_folder, C)
+    cfg = Config(
+        model=config_class(
+            family=model.family,
+            d_model=shape["hidden_dim"],
+            n_layers=shape["n_blocks"],
+            n_heads=shape["n_heads"],
+            time_conditioning=time_conditioning,
+            cond_dim=shape["cond_dim"],
+            **model_keys,
+        ),
+        data=DataConfig(tokenizer=tokenizer.spec, seq_len=shape["model_length"]),
+        name=Path(where).stem,
+    )
+    model.hparams.update(d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"])
+    model.backbone = backbone  # the placeholder built by the family's constructor is dropped
+    return model.to(device).eval(), tokenizer, cfg
+
+
+def _tokenizer(folder: Path, C: int, spec: str | None = None, *, saved: str | None = None):
+    """The tokenizer of a release checkpoint: ``spec`` when given (any ``--tokenizer`` spec), else
+    the tokenizer files beside the weights, else GPT-2's for C = 50257 (MDLM's and MDM-Prime's
+    OpenWebText models); its size must be C. ``saved`` is the tokenizer the checkpoint pickled in
+    its hyper-parameters (``tokenizers`` JSON): when present, the chosen tokenizer must map every
+    token to the same id, so a checkpoint is never scored through another vocabulary."""
+    from harness.data import get_tokenizer
+    from harness.data.tokenizers.hf import load_transformers
+
+    if spec is not None:
+        tokenizer, chosen = get_tokenizer(spec), f"--tokenizer {spec}"
+    elif (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
+        tokenizer, chosen = (
+            load_transformers(folder.resolve(), spec=f"hf:{folder.resolve()}"),
+            f"the tokenizer files in {folder}",
+        )
+    elif C == 50257:
+        tokenizer, chosen = get_tokenizer("gpt2"), "GPT-2's tokenizer (the default for C = 50257)"
+    else:
+        held = " (the tokenizer pickled in its hyper-parameters is checked against the one you name)" if saved else ""
+        raise CheckpointError(
+            f"{str(folder)!r} has no tokenizer files and C = {C} is not GPT-2's vocabulary{held}",
+            fix="name the release's tokenizer (harness.load(..., tokenizer=SPEC), "
+            "primebench import --tokenizer SPEC) or save its tokenizer.json into the folder",
+        )
+    if tokenizer.vocab_size != C:
+        raise CheckpointError(
+            f"the tokenizer has {tokenizer.vocab_size} ids but the model has C = {C} (V = C + 1 with the mask)",
+            fix="pass the tokenizer the release was trained with",
+        )
+    if saved is not None:
+        _check_saved_vocabulary(tokenizer, saved, chosen=chosen)
+    return tokenizer
+
+
+def _check_saved_vocabulary(tokenizer, saved: str, *, chosen: str) -> None:
+    """Refuse ``tokenizer`` when it maps a token of the checkpoint's own tokenizer to another id."""
+    from tokenizers import Tokenizer as Backend
+
+    backend = getattr(tokenizer, "_backend", None)
+    if backend is None or not hasattr(backend, "get_vocab"):
+        return  # a byte-level tokenizer has no vocabulary to compare; its size was checked
+    try:
+        theirs = Backend.from_str(saved).get_vocab(with_added_tokens=True)
+    except Exception:  # noqa: BLE001 - the tokenizers library raises a bare Exception for bad JSON
+        return  # an unreadable saved tokenizer cannot be compared; the chosen one stands, as without it
+    ours = backend.get_vocab()
+    differ = sorted((i, tok) for tok, i in theirs.items() if ours.get(tok) != i)
+    if differ:
+        examples = ", ".join(f"{tok!r} (id {i})" for i, tok in differ[:3])
+        raise CheckpointError(
+            f"{chosen} differs from the tokenizer saved in the checkpoint at {len(differ)} of "
+            f"{len(theirs)} tokens: {examples}",
+            fix="pass the tokenizer the release was trained with (--tokenizer SPEC, or its "
+            "tokenizer.json beside the checkpoint)",
+        )
+
+
+__all__ = ["LOGLINEAR_EPS", "ReleaseCkpt", "load_dit", "read_release_ckpt"]

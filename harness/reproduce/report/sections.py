@@ -1,0 +1,70 @@
+"""The shared frame of every reproduce report: :class:`Section` and how a list of them prints on the
+terminal (:func:`print_sections`) and reads as Markdown (:func:`sections_markdown`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of a report: ``layout`` (a :mod:`harness.views` layout name) over ``records``, or
+    ``view(record)`` called on each record (a record with a rich view of its own), or a prebuilt
+    ``table``. ``note`` is a paragraph printed under the title in ``tables.md``; a section without
+    records is left out of both outputs."""
+
+    title: str
+    records: Sequence[dict[str, Any]] = field(default_factory=tuple)
+    layout: str | None = None
+    view: Callable[[dict[str, Any]], None] | None = None
+    note: str = ""
+    table: Any = None  # a prebuilt harness.views.Table (then records only say the section is not empty)
+
+
+def print_sections(sections: Sequence[Section]) -> None:
+    """Print every section that has records on stdout (rich tables, as the ``table`` command prints them)."""
+    from harness.logging import stdout_console
+    from harness.views import build_table, to_rich
+
+    screen = stdout_console()
+    for s in sections:
+        if not s.records:
+            continue
+        if s.table is not None:
+            screen.print(to_rich(s.table))
+        elif s.view is not None:
+            for record in s.records:
+                s.view(record)
+        elif s.records:
+            screen.print(to_rich(build_table(list(s.records), s.layout)))
+
+
+def sections_markdown(title: str, sections: Sequence[Section], preamble: str = "") -> str:
+    """The sections as one Markdown document (returned as a string): ``# title``, then ``preamble``, then
+    a heading per section with records: its note, then a Markdown table for a layout or a prebuilt table,
+    a code block of the printed text for a view."""
+    from harness.logging import capture_stdout
+    from harness.views import build_table, render
+
+    parts = [f"# {title}\n"]
+    if preamble:
+        parts.append(preamble.rstrip() + "\n")
+    for s in sections:
+        if not s.records:
+            continue
+        parts.append(f"## {s.title}\n")
+        if s.note:
+            parts.append(s.note.rstrip() + "\n")
+        if s.table is not None:
+            parts.append(render(s.table, "md").rstrip() + "\n")
+        elif s.view is not None:
+            with capture_stdout() as screen:
+                for record in s.records:
+                    s.view(record)
+            text = "\n".join(line.rstrip() for line in screen.export_text().splitlines())
+            parts.append(f"```\n{text.strip()}\n```\n")
+        else:
+            parts.append(render(build_table(list(s.records), s.layout), "md").rstrip() + "\n")
+    return "\n".join(parts)

@@ -1,0 +1,88 @@
+"""Families own their differences: the harness never imports the ``prime`` package (it reaches
+Prime's pieces through the model registry and the family's methods), and the samplers and audits
+never read the ``subtokens`` fact to pick a family's code path (they ask the family)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "harness"
+
+#: where ``subtokens`` may still be read under harness/ (nowhere: the families answer for it)
+SUBTOKENS_ALLOWED: set[tuple[str, str]] = set()
+
+
+def _modules(folder: Path):
+    for path in sorted(folder.rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _is_prime(module: str | None) -> bool:
+    return module is not None and (module == "prime" or module.startswith("prime."))
+
+
+def test_the_harness_never_imports_prime():
+    offenders = []
+    for rel, tree in _modules(HARNESS):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module] if node.level == 0 else []
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                "import_module",
+                "__import__",
+            ):
+                names = [a.value for a in node.args[:1] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            else:
+                continue
+            offenders += [f"{rel}:{node.lineno}: {name}" for name in names if _is_prime(name)]
+    # the registry loads the family modules by name (harness.models._FAMILY_MODULES); nothing else may
+    assert not offenders, "harness imports the prime package:\n" + "\n".join(offenders)
+
+
+def _reads_of(tree: ast.AST, name: str):
+    """(line, qualified name of the enclosing function or class) of every ``x.name`` or bare ``name``."""
+    found = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{scope}.{child.name}" if scope else child.name
+            if (isinstance(child, ast.Attribute) and child.attr == name) or (
+                isinstance(child, ast.Name) and child.id == name
+            ):
+                found.append((child.lineno, scope))
+            visit(child, inner)
+
+    visit(tree, "")
+    return found
+
+
+def test_no_sampler_or_audit_reads_subtokens():
+    offenders = []
+    for folder in (HARNESS / "sampling", HARNESS / "audit"):
+        for rel, tree in _modules(folder):
+            offenders += [
+                f"{rel}:{line} in {scope or 'module'}"
+                for line, scope in _reads_of(tree, "subtokens")
+                if (rel, scope) not in SUBTOKENS_ALLOWED
+            ]
+    assert not offenders, "samplers/audits branch on the family's sub-tokens:\n" + "\n".join(offenders)
+
+
+def test_the_walk_sees_what_it_looks_for():
+    lines = [
+        "import prime.model",
+        "class A:",
+        "    def f(self, u):",
+        "        if u.subtokens:",
+        "            from prime import toy",
+    ]
+    tree = ast.parse("\n".join(lines))
+    assert [scope for _, scope in _reads_of(tree, "subtokens")] == ["A.f"]
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert len(imports) == 2
