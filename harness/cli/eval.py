@@ -71,12 +71,11 @@ def eval_group():
     help="Give the first position of every row as context, never masked or scored (BD3-LMs' zero-shot "
     "protocol). Recorded.",
 )
-@click.option(
-    "--references/--no-references",
+@option(
+    "--references",
+    "ppl: the cross-entropy of a smoothed unigram and bigram model fitted on the train split, on the same tokens.",
     default=True,
     show_default=True,
-    help="Score the unigram and bigram references (fitted on the train split) on the same tokens, into the "
-    "record's references.",
 )
 @device_option()
 @out_option()

@@ -59,6 +59,13 @@ from harness.cli.options import (
 @option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @seed_option()
 @option("--bits", is_flag=True)
+@option(
+    "--references",
+    "genppl: held-out text (data), one held-out row as every sample (tiled) and unigram draws, scored as the "
+    "samples are; the run is flagged when its cross-sample diversity collapses.",
+    default=True,
+    show_default=True,
+)
 @device_option()
 @out_option("The record and the samples (JSONL) are written into it.")
 @json_option()

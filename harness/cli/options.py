@@ -15,7 +15,11 @@ from harness.cli.vocabulary import VOCABULARY
 
 __all__ = ["VOCABULARY", "Command", "command", "option"]
 
-_DECLS = {"--ema": ("--ema/--no-ema",), "--carry-over": ("--carry-over/--no-carry-over",)}
+_DECLS = {
+    "--ema": ("--ema/--no-ema",),
+    "--carry-over": ("--carry-over/--no-carry-over",),
+    "--references": ("--references/--no-references",),
+}
 _SHORT = {"--steps": "-T", "--samples": "-n", "--mc-samples": "-K"}
 _DEST = {"--json": "as_json", "--checkpoint": "checkpoints"}
 

@@ -28,6 +28,8 @@ VOCABULARY: dict[str, str] = {
     "--carry-over": "Prime: with or without carry-over, overriding the checkpoint [default: as trained]. Recorded.",
     "--judge": "Gen-PPL judge: smollm2 (offline), an HF causal LM folder or name, or arm:CKPT.",
     "--bits": "Entropy in bits instead of nats.",
+    "--references": "Score this evaluation's reference rows under the same protocol, into the record's references "
+    "(needs the checkpoint's training corpus).",
     "--force": "Redo every stage, even those done with the same config.",
     "--dry-run": "Print the plan (what is trained or loaded, evaluated, and its compute) and stop; works offline.",
     "--checkpoint": "NAME=SRC: use this checkpoint (any source `primebench import` takes) for model NAME; repeatable.",

@@ -79,7 +79,6 @@ def sample_and_score(
     number of ranks.
     """
     from harness.evaluation.ppl import batch_seed
-    from harness.metrics.genppl import score_ids, to_judge_ids
 
     rows, protocol, wall = [], None, 0.0
     for b, start in enumerate(range(0, samples, batch_size)):
@@ -103,27 +102,36 @@ def sample_and_score(
         )
         wall += time.time() - t0
         protocol = out.protocol
-        texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
-        judged = None
-        if judge is not None:
-            samples_ids = [to_judge_ids(r.tolist(), tokenizer, judge) for r in out.tokens]
-            metric, judge_ids = score_ids(judge, samples_ids, max_length=max_length, batch_size=n)
-            judged = (metric.nats, metric.counts, judge_ids, metric.truncated_flags)
-        for i, text in enumerate(texts):
-            rows.append(
-                {
-                    "index": start + i,
-                    "text": text,
-                    "tokens": out.tokens[i].tolist(),
-                    "nfe": int(out.nfe[i]),
-                    "idle_steps": int(out.idle_steps[i]),
-                    "judge_nats": None if judged is None else judged[0][i],
-                    "judge_targets": None if judged is None else judged[1][i],
-                    "judge_ids": None if judged is None else judged[2][i],
-                    "judge_truncated": None if judged is None else judged[3][i],
-                }
-            )
+        scored = score_rows(out.tokens, tokenizer, judge, max_length=max_length, batch_size=n, start=start)
+        for i, row in enumerate(scored):
+            rows.append({**row, "nfe": int(out.nfe[i]), "idle_steps": int(out.idle_steps[i])})
     return rows, protocol, wall
+
+
+def score_rows(tokens, tokenizer, judge, *, max_length: int, batch_size: int, start: int = 0) -> list[dict]:
+    """Per-sample rows for token rows ``tokens`` ((N, L) model ids, a tensor or lists): the decoded
+    text, the ids and, with a judge, its nats, counted targets, ids and truncation flag. The samples
+    and every reference batch are scored by this one function."""
+    from harness.metrics.genppl import score_ids, to_judge_ids
+
+    tokens = [r.tolist() if hasattr(r, "tolist") else list(r) for r in tokens]
+    judged = None
+    if judge is not None:
+        samples_ids = [to_judge_ids(r, tokenizer, judge) for r in tokens]
+        metric, judge_ids = score_ids(judge, samples_ids, max_length=max_length, batch_size=batch_size)
+        judged = (metric.nats, metric.counts, judge_ids, metric.truncated_flags)
+    return [
+        {
+            "index": start + i,
+            "text": tokenizer.decode(row),
+            "tokens": row,
+            "judge_nats": None if judged is None else judged[0][i],
+            "judge_targets": None if judged is None else judged[1][i],
+            "judge_ids": None if judged is None else judged[2][i],
+            "judge_truncated": None if judged is None else judged[3][i],
+        }
+        for i, row in enumerate(tokens)
+    ]
 
 
 def gather_rows(rows: list[dict], world: int) -> list[dict]:
@@ -137,8 +145,26 @@ def gather_rows(rows: list[dict], world: int) -> list[dict]:
     return sorted(rows, key=lambda r: r["index"])
 
 
+def diversity_metrics(samples, *, base="e") -> dict:
+    """The cross-sample numbers of :mod:`harness.metrics.diversity` on ``samples`` (model ids) as
+    record metrics, each with its jackknife standard error."""
+    from harness.metrics.diversity import diversity
+    from harness.metrics.entropy import units_of
+    from harness.records import Metric
+
+    what = {
+        "pooled_entropy": f"{units_of(base)}, all samples' model ids counted together",
+        "cross_repeat_4": "share of 4-gram occurrences also found in another sample",
+    }
+    return {
+        name: Metric(got.value, got.stderr, "estimate", what.get(name, f"distinct {name[-1]}-grams / all, pooled"))
+        for name, got in diversity(samples, base=base).items()
+    }
+
+
 def metrics_from_rows(rows: list[dict], *, judge_spec: str | None, bits: bool = False) -> dict:
     """Gen PPL, entropies and NFE from per-sample rows (see :mod:`harness.metrics.genppl`)."""
+    from harness.metrics.diversity import pooled_entropy
     from harness.metrics.genppl import GenPPL
     from harness.records import Metric
 
@@ -161,6 +187,14 @@ def metrics_from_rows(rows: list[dict], *, judge_spec: str | None, bits: bool = 
     ent_model.update([r["tokens"] for r in rows])
     em = ent_model.compute()
     metrics["entropy_model"] = Metric(em.mean, em.stderr, "estimate", f"{units} per sample, model ids")
+    metrics.update(diversity_metrics([r["tokens"] for r in rows], base=base))
+    if judge_spec is not None:
+        pooled = pooled_entropy([r["judge_ids"] for r in rows], base=base)
+        metrics["pooled_entropy_judge"] = Metric(
+            pooled.value, pooled.stderr, "estimate", f"{units}, all samples' judge ids counted together"
+        )
+    if "nfe" not in rows[0]:  # a reference batch: no sampler ran
+        return metrics
     nfe = torch.tensor([r["nfe"] for r in rows], dtype=torch.float64)
     metrics["nfe"] = Metric(
         float(nfe.mean()),
@@ -192,8 +226,13 @@ def run_genppl(
     judge_obj=None,
     carry_over: bool | None = None,
     ema: bool = True,
+    references: bool = True,
 ):
     """Sample, score and return ``(record, samples as list of dicts)``.
+
+    ``references``: also score the ``data``, ``tiled`` and ``unigram`` reference batches
+    (:mod:`harness.evaluation.genppl_references`) under the same protocol, into the record's
+    ``references`` with the ``collapsed`` check; they need the checkpoint's training corpus.
 
     Under ``torchrun`` the batches are shared out over the ranks and the per-sample results are
     gathered once; every rank returns the same record.
@@ -201,6 +240,7 @@ def run_genppl(
     from harness import distributed
     from harness.errors import DataError
     from harness.evaluation import load_for_evaluation
+    from harness.evaluation.genppl_references import collapse_check
     from harness.judges import check_judge_spec, load_judge
     from harness.metrics.genppl import separator_ids
     from harness.records import Metric, make_record, model_block
@@ -253,7 +293,22 @@ def run_genppl(
         protos = [None] * info.world
         dist.all_gather_object(protos, sampler_protocol)
         sampler_protocol = next(p for p in protos if p)
-    metrics = metrics_from_rows(rows, judge_spec=None if the_judge is None else the_judge.spec, bits=bits)
+    judge_spec = None if the_judge is None else the_judge.spec
+    metrics = metrics_from_rows(rows, judge_spec=judge_spec, bits=bits)
+    refs = None
+    if references:
+        refs = reference_metrics(
+            cfg,
+            tokenizer,
+            the_judge,
+            samples=samples,
+            seq_len=L,
+            seed=seed,
+            max_length=max_length,
+            batch_size=batch_size,
+            bits=bits,
+        )
+        refs["check"] = collapse_check(metrics["distinct_4"].value, refs["data"]["metrics"]["distinct_4"]["value"])
     metrics["samples_per_s"] = Metric(
         samples / max(float(walls), 1e-9), None, "estimate", "samples per second of sampling time, summed over ranks"
     )
@@ -305,8 +360,29 @@ def run_genppl(
         seed=seed,
         device=device,
         wall_s=time.time() - t0,
+        extra=None if refs is None else {"references": refs},
     )
+    if refs is not None and refs["check"]["collapsed"]:
+        from harness.logging import console
+
+        console().print(
+            f"[yellow]warning:[/] {record['model']['name']}: the samples look collapsed: {refs['check']['why']}"
+        )
     return record, out_rows
+
+
+def reference_metrics(cfg, tokenizer, judge, *, samples, seq_len, seed, max_length, batch_size, bits) -> dict:
+    """The ``references`` block of a ``genppl`` record: each reference batch's metrics (scored by
+    :func:`score_rows` and :func:`metrics_from_rows`, as the samples are) and where it came from."""
+    from harness.evaluation.genppl_references import NAMES, reference_token_rows
+
+    batches, provenance = reference_token_rows(cfg, tokenizer, samples=samples, seq_len=seq_len, seed=seed)
+    block = {"provenance": provenance}
+    for name in NAMES:
+        rows = score_rows(batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size)
+        metrics = metrics_from_rows(rows, judge_spec=None if judge is None else judge.spec, bits=bits)
+        block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
+    return block
 
 
 def samples_jsonl(rows: list[dict]) -> bytes:

@@ -11,8 +11,12 @@ from harness.views.footnotes import apply_flags, count_note, differences, family
 from harness.views.table import Cell, Column, Table
 
 
-def generic_table(records, spec: Layout) -> Table:
-    """Rows sorted by family rank, name and axes; columns: model, family, axes, metrics."""
+def generic_table(records, spec: Layout, *, mark=None, tail=None) -> Table:
+    """Rows sorted by family rank, name and axes; columns: model, family, axes, metrics.
+
+    ``mark(entry)``: text appended to a row's label (None: nothing), for a layout's own flags;
+    ``tail(items, columns)``: ``(rows, footnotes)`` added under the entries (a layout's reference
+    rows), each row one cell per column."""
     items = entries(records)
     axes = [a for a in spec.axes if any(e.protocol.get(a) is not None for e in items)]
     items.sort(key=lambda e: sort_key(e, axes))
@@ -24,7 +28,8 @@ def generic_table(records, spec: Layout) -> Table:
     columns += [Column(n, TITLES.get(n, n), mark="paper-objective" if n == "token_joint" else None) for n in names]
     rows = []
     for e in items:
-        cells = [Cell(text=e.label), Cell(text=e.family_label)]
+        extra = mark(e) if mark else None
+        cells = [Cell(text=e.label if extra is None else f"{e.label} {extra}"), Cell(text=e.family_label)]
         cells += [Cell(text="-" if e.protocol.get(a) is None else short(e.protocol[a], 30)) for a in axes]
         cells += [metric_cell(e.metrics.get(n), n) for n in names]
         rows.append(cells)
@@ -34,7 +39,9 @@ def generic_table(records, spec: Layout) -> Table:
     diff_notes, flags = differences([("", items)], frozenset(), axes)
     targets = [[(0, "", e.label)] for e in items]
     apply_flags(rows, targets, flags)
-    notes = legend(rows) + diff_notes + family_info(items)
+    tail_rows, tail_notes = tail(items, columns) if tail else ([], [])
+    notes = legend(rows) + diff_notes + family_info(items) + tail_notes
+    rows += tail_rows
     units = units_note(items, names)
     notes += [units] if units else []
     notes.append(count_note(len(records), {str(r.get("evaluation")) for r in records}))

@@ -5,13 +5,70 @@ from __future__ import annotations
 
 from harness.views.entries import Layout
 
+#: the mark after a run whose samples collapsed (cross-sample diversity far below held-out text)
+COLLAPSED_MARK = "(collapsed)"
+
+
+def _collapsed(entry) -> str | None:
+    check = (entry.references or {}).get("check") or {}
+    return COLLAPSED_MARK if check.get("collapsed") else None
+
+
+def _reference_rows(items, columns):
+    """``data``, ``tiled`` and ``unigram`` rows labelled ``reference``: one set per distinct
+    reference block (named after the runs it belongs to when there is more than one)."""
+    import json
+
+    from harness.views.entries import metric_cell
+    from harness.views.table import Cell, Footnote
+
+    groups: dict[str, tuple[dict, list[str]]] = {}
+    for e in items:
+        refs = e.references
+        if refs and "data" in refs:
+            key = json.dumps({n: refs[n] for n in ("data", "tiled", "unigram", "provenance")}, sort_keys=True)
+            groups.setdefault(key, (refs, []))[1].append(e.label)
+    rows = []
+    for refs, labels in groups.values():
+        whose = f" ({', '.join(labels)})" if len(groups) > 1 else ""
+        for name in ("data", "tiled", "unigram"):
+            metrics = refs[name]["metrics"]
+            cells = [Cell(text=f"{name}{whose}"), Cell(text="reference")]
+            cells += [metric_cell(metrics.get(col.key), col.key) for col in columns[2:]]
+            rows.append(cells)
+    notes = []
+    if rows:
+        notes.append(
+            Footnote(
+                None,
+                "reference rows, scored as the samples are: data = held-out rows of the training corpus, "
+                "tiled = one held-out row as every sample (collapse), unigram = tokens drawn from the train "
+                "split's frequencies (no context)",
+            )
+        )
+    flagged = [e.label for e in items if _collapsed(e)]
+    if flagged:
+        rule = next(e.references["check"]["rule"] for e in items if _collapsed(e))
+        notes.append(Footnote(None, f"{COLLAPSED_MARK} {', '.join(flagged)}: {rule}"))
+    return rows, notes
+
+
+def genppl_table(records, spec: Layout):
+    """The generic table with a (collapsed) mark on runs whose diversity collapsed, and the
+    reference rows under the runs."""
+    from harness.views.generic import generic_table
+
+    return generic_table(records, spec, mark=_collapsed, tail=_reference_rows)
+
+
 LAYOUT = Layout(
     "genppl",
     ("genppl",),
     "Generative perplexity",
     axes=("sampler", "steps", "dtype", "nucleus_p"),
-    metrics=("gen_ppl", "entropy_model", "entropy_judge", "nfe"),
+    metrics=("gen_ppl", "entropy_model", "pooled_entropy", "distinct_4", "cross_repeat_4", "entropy_judge", "nfe"),
     title_keys=("judge",),
+    build=genppl_table,
 )
 
 
@@ -32,8 +89,17 @@ def render_genppl(record: dict) -> None:
     for name, m in record["metrics"].items():
         se = "n/a" if m["stderr"] is None else f"{m['stderr']:.3f}"
         table.add_row(name, f"{m['value']:.3f}", se, m["units"])
+    refs = record.get("references") or {}
+    for name in ("data", "tiled", "unigram"):
+        for metric, m in (refs.get(name) or {}).get("metrics", {}).items():
+            se = "n/a" if m["stderr"] is None else f"{m['stderr']:.3f}"
+            table.add_row(f"{name} reference: {metric}", f"{m['value']:.3f}", se, m["units"])
     console = stdout_console()
     console.print(table)
+    if refs.get("check"):
+        check = refs["check"]
+        state = "COLLAPSED" if check["collapsed"] else "not collapsed"
+        console.print(f"diversity: {state}: {check['why']}; {check['rule']}")
     if p.get("judge"):
         console.print(
             f"judge: {p['judge_description']}; retokenised without special tokens, truncated at "

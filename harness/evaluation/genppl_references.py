@@ -1,0 +1,82 @@
+"""What real text and a degenerate sampler score under a Gen PPL protocol: the ``references`` of a
+``genppl`` record.
+
+Three batches of token rows of the generated length, made in the model's own tokenizer and scored
+exactly as the samples are (same judge, retokenisation, truncation and counting, same entropy and
+diversity numbers):
+
+* ``data``: the first ``samples`` rows of the checkpoint's held-out split, packed as its training
+  data was (``[BOS] text [EOS]`` rows of L tokens): where real text sits;
+* ``tiled``: the first of those rows repeated as every sample: what collapse looks like (its
+  per-sample entropy and Gen PPL are a real row's; only the cross-sample numbers see it);
+* ``unigram``: every token drawn independently from the train split's token frequencies: what a
+  sampler that ignores context scores.
+
+A run is flagged ``collapsed`` (:func:`collapse_check`) when its pooled distinct-4 is below
+:data:`COLLAPSE_RATIO` of the ``data`` reference's, whatever its Gen PPL.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: a run whose pooled distinct-4 is below this share of the data reference's is flagged collapsed
+COLLAPSE_RATIO = 0.5
+COLLAPSE_RULE = (
+    f"collapsed when the pooled distinct-4 of the samples is below {COLLAPSE_RATIO} x that of the data "
+    "reference (same number of samples, same length)"
+)
+NAMES = ("data", "tiled", "unigram")
+
+
+def reference_token_rows(cfg, tokenizer, *, samples: int, seq_len: int, seed: int) -> tuple[dict, dict]:
+    """``({name: (samples, L) LongTensor}, provenance)`` for the three references of a checkpoint
+    whose training config is ``cfg``; the data come from the corpus it was trained on."""
+    from harness.data import get_packed
+    from harness.data.corpora import get_corpus
+    from harness.errors import DataError
+    from harness.metrics.references import fit_counts
+
+    data = cfg.data
+    corpus = get_corpus(data.corpus)
+    packing = {"wrap": data.wrap, "eos_between_docs": data.eos_between_docs, "remainder": "drop"}
+    held = get_packed(corpus, data.valid_split, tokenizer=tokenizer, seq_len=seq_len, **packing)
+    if held.input_ids.shape[0] < samples:
+        raise DataError(
+            f"{corpus.spec}:{data.valid_split} packs into {held.input_ids.shape[0]} rows of {seq_len} tokens, "
+            f"fewer than the {samples} samples the data reference needs",
+            fix="draw fewer --samples, or pass --no-references",
+        )
+    rows = held.input_ids[:samples].clone()
+    fit = get_packed(corpus, data.train_split, tokenizer=tokenizer, seq_len=seq_len, **packing)
+    counts = fit_counts(fit.input_ids, fit.attention_mask, vocab_size=tokenizer.vocab_size)
+    g = torch.Generator().manual_seed(seed)
+    unigram = torch.multinomial(counts.n / counts.n.sum(), samples * seq_len, replacement=True, generator=g)
+    batches = {"data": rows, "tiled": rows[:1].repeat(samples, 1), "unigram": unigram.view(samples, seq_len)}
+    provenance = {
+        "data": f"{corpus.spec}:{data.valid_split}, the first {samples} packed rows of {seq_len} tokens",
+        "tiled": f"row 0 of the data reference repeated {samples} times",
+        "unigram": f"tokens drawn independently from the {corpus.spec}:{data.train_split} token frequencies "
+        f"({int(counts.n.sum())} tokens), torch.multinomial seeded with {seed}",
+        "packing": packing,
+    }
+    return batches, provenance
+
+
+def collapse_check(distinct_4: float, data_distinct_4: float) -> dict:
+    """``{"collapsed", "distinct_4", "data_distinct_4", "rule", "why"}``: a run's pooled distinct-4
+    against the data reference's (:data:`COLLAPSE_RULE`)."""
+    collapsed = bool(distinct_4 < COLLAPSE_RATIO * data_distinct_4)
+    return {
+        "collapsed": collapsed,
+        "distinct_4": distinct_4,
+        "data_distinct_4": data_distinct_4,
+        "rule": COLLAPSE_RULE,
+        "why": (
+            f"pooled distinct-4 {distinct_4:.3f} against {data_distinct_4:.3f} for held-out text "
+            f"({'below' if collapsed else 'not below'} {COLLAPSE_RATIO} x)"
+        ),
+    }
+
+
+__all__ = ["COLLAPSE_RATIO", "COLLAPSE_RULE", "NAMES", "collapse_check", "reference_token_rows"]
