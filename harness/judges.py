@@ -54,9 +54,47 @@ class Judge:
             logits.transpose(1, 2), ids[:, 1:].to(self.device), reduction="none"
         ).cpu()
 
+    @torch.no_grad()
+    def last_hidden(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) right-padded ids -> (B, T, D) the last layer's hidden states (float32, on CPU)."""
+        out = self.model(
+            input_ids=ids.to(self.device), attention_mask=attention_mask.to(self.device), output_hidden_states=True
+        )
+        return out.hidden_states[-1].float().cpu()
+
+    def features(self, samples: list[list[int]], *, max_length: int, batch_size: int = 8) -> torch.Tensor:
+        """Judge ids per sample -> (N, D) float32: the last layer's hidden state at each sample's last
+        token (cut at ``max_length``), the features MAUVE's reference code takes from GPT-2 Large."""
+        feats = []
+        for start in range(0, len(samples), batch_size):
+            chunk = [list(s[:max_length]) or [self.eos_id] for s in samples[start : start + batch_size]]
+            T = max(len(s) for s in chunk)
+            ids = torch.tensor([s + [self.eos_id] * (T - len(s)) for s in chunk], dtype=torch.long)
+            mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in chunk], dtype=torch.long)
+            hidden = self.last_hidden(ids, mask)
+            feats.append(hidden[torch.arange(len(chunk)), mask.sum(1) - 1])
+        return torch.cat(feats)
+
 
 class ProjectARMJudge(Judge):
     """A project ARM checkpoint as judge (its own tokenizer and context)."""
+
+    @torch.no_grad()
+    def last_hidden(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, D) the backbone's normalised last hidden states (the input of its output layer)."""
+        norm = getattr(getattr(getattr(self.model, "backbone", None), "final", None), "norm", None)
+        if norm is None:
+            raise PrimebenchError(
+                f"judge {self.spec} has no final hidden layer to take MAUVE features from",
+                fix="use --no-mauve, or the smollm2 / an HF causal LM judge",
+            )
+        seen = {}
+        handle = norm.register_forward_hook(lambda mod, inp, out: seen.update(h=out))
+        try:
+            self.model.log_probs(ids.to(self.model.device))
+        finally:
+            handle.remove()
+        return seen["h"].float().cpu()
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))

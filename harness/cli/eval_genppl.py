@@ -66,6 +66,13 @@ from harness.cli.options import (
     default=True,
     show_default=True,
 )
+@click.option(
+    "--mauve/--no-mauve",
+    default=True,
+    show_default=True,
+    help="With --references and a judge: MAUVE (the mauve-text package, judge features) of the samples and of "
+    "every reference against held-out rows disjoint from the data reference. Its settings are recorded.",
+)
 @device_option()
 @out_option("The record and the samples (JSONL) are written into it.")
 @json_option()

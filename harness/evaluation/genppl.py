@@ -227,12 +227,15 @@ def run_genppl(
     carry_over: bool | None = None,
     ema: bool = True,
     references: bool = True,
+    mauve: bool = True,
 ):
     """Sample, score and return ``(record, samples as list of dicts)``.
 
     ``references``: also score the ``data``, ``tiled`` and ``unigram`` reference batches
     (:mod:`harness.evaluation.genppl_references`) under the same protocol, into the record's
     ``references`` with the ``collapsed`` check; they need the checkpoint's training corpus.
+    ``mauve`` (with references and a judge): MAUVE of the samples and of every reference against
+    held-out rows disjoint from ``data``, with the judge's features.
 
     Under ``torchrun`` the batches are shared out over the ranks and the per-sample results are
     gathered once; every rank returns the same record.
@@ -307,7 +310,10 @@ def run_genppl(
             max_length=max_length,
             batch_size=batch_size,
             bits=bits,
+            sample_rows=rows if mauve else None,
         )
+        if "mauve_of_samples" in refs:
+            metrics["mauve"] = Metric(**refs.pop("mauve_of_samples"))
         refs["check"] = collapse_check(metrics["distinct_4"].value, refs["data"]["metrics"]["distinct_4"]["value"])
     metrics["samples_per_s"] = Metric(
         samples / max(float(walls), 1e-9), None, "estimate", "samples per second of sampling time, summed over ranks"
@@ -347,6 +353,8 @@ def run_genppl(
         },
         tokenizer=tokenizer.spec,
     )
+    if refs is not None and "mauve_protocol" in refs:
+        protocol["mauve"] = refs.pop("mauve_protocol")
     out_rows = [
         {k: v for k, v in r.items() if k != "judge_ids"}
         | {"judge_tokens": None if r["judge_ids"] is None else len(r["judge_ids"])}
@@ -371,17 +379,46 @@ def run_genppl(
     return record, out_rows
 
 
-def reference_metrics(cfg, tokenizer, judge, *, samples, seq_len, seed, max_length, batch_size, bits) -> dict:
+def reference_metrics(
+    cfg, tokenizer, judge, *, samples, seq_len, seed, max_length, batch_size, bits, sample_rows=None
+) -> dict:
     """The ``references`` block of a ``genppl`` record: each reference batch's metrics (scored by
-    :func:`score_rows` and :func:`metrics_from_rows`, as the samples are) and where it came from."""
-    from harness.evaluation.genppl_references import NAMES, reference_token_rows
+    :func:`score_rows` and :func:`metrics_from_rows`, as the samples are) and where it came from.
 
-    batches, provenance = reference_token_rows(cfg, tokenizer, samples=samples, seq_len=seq_len, seed=seed)
+    With ``sample_rows`` (the run's scored rows) and a judge, MAUVE too: every batch, the samples
+    included, against held-out rows disjoint from ``data`` (:mod:`harness.metrics.mauve_score`);
+    the samples' value is returned under ``block["mauve_of_samples"]`` for the run's own metrics."""
+    from harness.evaluation.genppl_references import NAMES, reference_token_rows
+    from harness.metrics.genppl import to_judge_ids
+    from harness.records import Metric
+
+    mauve = sample_rows is not None and judge is not None
+    batches, provenance = reference_token_rows(
+        cfg, tokenizer, samples=samples, seq_len=seq_len, seed=seed, held_out=mauve
+    )
     block = {"provenance": provenance}
+    scored = {}
     for name in NAMES:
-        rows = score_rows(batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size)
-        metrics = metrics_from_rows(rows, judge_spec=None if judge is None else judge.spec, bits=bits)
+        scored[name] = score_rows(batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size)
+        metrics = metrics_from_rows(scored[name], judge_spec=None if judge is None else judge.spec, bits=bits)
         block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
+    if mauve:
+        from harness.metrics.mauve_score import mauve_between
+
+        def features(judge_ids):
+            return judge.features(judge_ids, max_length=max_length, batch_size=batch_size)
+
+        held = features([to_judge_ids(r.tolist(), tokenizer, judge) for r in batches["held_out"]])
+        what = f"MAUVE against {samples} held-out rows, {judge.spec} features"
+        for name in (*NAMES, "samples"):
+            rows = sample_rows if name == "samples" else scored[name]
+            value, protocol = mauve_between(held, features([r["judge_ids"] for r in rows]), seed=seed)
+            metric = Metric(value, None, "estimate", what).to_dict()
+            if name == "samples":
+                block["mauve_of_samples"] = metric
+            else:
+                block[name]["metrics"]["mauve"] = metric
+        block["mauve_protocol"] = protocol
     return block
 
 

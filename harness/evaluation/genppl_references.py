@@ -29,9 +29,13 @@ COLLAPSE_RULE = (
 NAMES = ("data", "tiled", "unigram")
 
 
-def reference_token_rows(cfg, tokenizer, *, samples: int, seq_len: int, seed: int) -> tuple[dict, dict]:
+def reference_token_rows(
+    cfg, tokenizer, *, samples: int, seq_len: int, seed: int, held_out: bool = False
+) -> tuple[dict, dict]:
     """``({name: (samples, L) LongTensor}, provenance)`` for the three references of a checkpoint
-    whose training config is ``cfg``; the data come from the corpus it was trained on."""
+    whose training config is ``cfg``; the data come from the corpus it was trained on. With
+    ``held_out`` also ``"held_out"``: the next ``samples`` rows, disjoint from ``data``, the text
+    MAUVE compares every batch with."""
     from harness.data import get_packed
     from harness.data.corpora import get_corpus
     from harness.errors import DataError
@@ -41,11 +45,13 @@ def reference_token_rows(cfg, tokenizer, *, samples: int, seq_len: int, seed: in
     corpus = get_corpus(data.corpus)
     packing = {"wrap": data.wrap, "eos_between_docs": data.eos_between_docs, "remainder": "drop"}
     held = get_packed(corpus, data.valid_split, tokenizer=tokenizer, seq_len=seq_len, **packing)
-    if held.input_ids.shape[0] < samples:
+    need = 2 * samples if held_out else samples
+    if held.input_ids.shape[0] < need:
         raise DataError(
             f"{corpus.spec}:{data.valid_split} packs into {held.input_ids.shape[0]} rows of {seq_len} tokens, "
-            f"fewer than the {samples} samples the data reference needs",
-            fix="draw fewer --samples, or pass --no-references",
+            f"fewer than the {need} the references need ({samples} for the data reference"
+            + (f", {samples} more held out for MAUVE)" if held_out else ")"),
+            fix="draw fewer --samples, or pass --no-references" + (" or --no-mauve" if held_out else ""),
         )
     rows = held.input_ids[:samples].clone()
     fit = get_packed(corpus, data.train_split, tokenizer=tokenizer, seq_len=seq_len, **packing)
@@ -53,6 +59,8 @@ def reference_token_rows(cfg, tokenizer, *, samples: int, seq_len: int, seed: in
     g = torch.Generator().manual_seed(seed)
     unigram = torch.multinomial(counts.n / counts.n.sum(), samples * seq_len, replacement=True, generator=g)
     batches = {"data": rows, "tiled": rows[:1].repeat(samples, 1), "unigram": unigram.view(samples, seq_len)}
+    if held_out:
+        batches["held_out"] = held.input_ids[samples : 2 * samples].clone()
     provenance = {
         "data": f"{corpus.spec}:{data.valid_split}, the first {samples} packed rows of {seq_len} tokens",
         "tiled": f"row 0 of the data reference repeated {samples} times",
@@ -60,6 +68,10 @@ def reference_token_rows(cfg, tokenizer, *, samples: int, seq_len: int, seed: in
         f"({int(counts.n.sum())} tokens), torch.multinomial seeded with {seed}",
         "packing": packing,
     }
+    if held_out:
+        provenance["held_out"] = (
+            f"{corpus.spec}:{data.valid_split}, packed rows {samples}..{2 * samples - 1} (MAUVE's text)"
+        )
     return batches, provenance
 
 

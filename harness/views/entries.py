@@ -30,6 +30,7 @@ TITLES = {
     "distinct_3": "distinct-3",
     "distinct_4": "distinct-4",
     "cross_repeat_4": "4-grams shared across samples",
+    "mauve": "MAUVE",
     "nfe": "NFE",
     "samples_per_s": "samples/s",
     "fid": "FID",

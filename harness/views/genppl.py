@@ -66,7 +66,16 @@ LAYOUT = Layout(
     ("genppl",),
     "Generative perplexity",
     axes=("sampler", "steps", "dtype", "nucleus_p"),
-    metrics=("gen_ppl", "entropy_model", "pooled_entropy", "distinct_4", "cross_repeat_4", "entropy_judge", "nfe"),
+    metrics=(
+        "gen_ppl",
+        "entropy_model",
+        "pooled_entropy",
+        "distinct_4",
+        "cross_repeat_4",
+        "mauve",
+        "entropy_judge",
+        "nfe",
+    ),
     title_keys=("judge",),
     build=genppl_table,
 )

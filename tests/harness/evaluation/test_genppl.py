@@ -322,3 +322,15 @@ def test_a_judge_with_nan_weights_is_refused_before_sampling(trained, tmp_path):
     assert f"the judge {str(folder)!r} has weights that are not finite" in res.output
     assert "transformer.h.0.mlp.c_fc.weight" in res.output and "the model's outputs" not in res.output
     assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").iterdir())
+
+
+def test_smollm2_features_for_mauve_do_not_depend_on_the_batch(smollm2_judge):
+    """MAUVE's features: the last layer's hidden state at each sample's last token; padding a shorter
+    sample in a batch does not move it (causal attention, right padding)."""
+    judge = smollm2_judge
+    ids = [judge.encode("The capital of France is Paris."), judge.encode("Paris city the a Europe")]
+    both = judge.features(ids, max_length=64, batch_size=2)
+    assert both.shape == (2, judge.model.config.hidden_size) and both.dtype == torch.float32
+    for i, one in enumerate(ids):
+        assert torch.allclose(judge.features([one], max_length=64)[0], both[i], atol=1e-5)
+    assert not torch.allclose(both[0], both[1])

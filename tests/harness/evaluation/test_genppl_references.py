@@ -25,6 +25,9 @@ def test_every_reference_is_scored_with_the_samples_metrics(record, trained):
 
     refs = record["references"]
     assert set(refs) == {"data", "tiled", "unigram", "provenance", "check"}
+    assert "held_out" in refs["provenance"] and "mauve" in record["metrics"]
+    mauve = record["protocol"]["mauve"]
+    assert mauve["package"].startswith("mauve-text ") and mauve["samples"] == {"held_out": 8, "generated": 8}
     for name in ("data", "tiled", "unigram"):
         got = refs[name]["metrics"]
         assert set(got) == set(record["metrics"]) - {"nfe", "samples_per_s"}, name
@@ -49,6 +52,7 @@ def test_a_tiled_batch_keeps_per_sample_numbers_but_is_flagged_collapsed(record)
     assert value["pooled_entropy"][0] > value["pooled_entropy"][1] + 0.2
     assert value["distinct_4"][1] < 0.5 * value["distinct_4"][0]
     assert value["cross_repeat_4"][1] == 1.0 and value["cross_repeat_4"][0] < 0.5
+    assert value["mauve"][0] > 0.5 and value["mauve"][1] < 0.1  # MAUVE against other held-out rows
     assert collapse_check(value["distinct_4"][1], value["distinct_4"][0])["collapsed"]
     assert not collapse_check(value["distinct_4"][0], value["distinct_4"][0])["collapsed"]
     assert not collapse_check(
@@ -78,4 +82,18 @@ def test_no_references_leaves_the_record_without_them(trained):
     from harness.evaluation.genppl import run_genppl
 
     rec, _ = run_genppl(trained("mdlm"), steps=4, samples=2, batch_size=2, judge=None, references=False)
-    assert "references" not in rec and "distinct_4" in rec["metrics"]
+    assert "references" not in rec and "distinct_4" in rec["metrics"] and "mauve" not in rec["metrics"]
+
+
+def test_mauve_needs_two_samples_a_side_and_a_judge_with_features():
+    import torch
+
+    from harness.errors import InputError, PrimebenchError
+    from harness.judges import ProjectARMJudge
+    from harness.metrics.mauve_score import mauve_between
+
+    with pytest.raises(InputError, match="at least 2 samples"):
+        mauve_between(torch.zeros(1, 4), torch.zeros(3, 4), seed=0)
+    judge = ProjectARMJudge("arm:x", "x", None, torch.nn.Linear(2, 2), eos_id=0, context=8)
+    with pytest.raises(PrimebenchError, match="no final hidden layer"):
+        judge.features([[1, 2]], max_length=8)
