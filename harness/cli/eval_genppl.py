@@ -67,6 +67,14 @@ from harness.cli.options import (
     show_default=True,
 )
 @click.option(
+    "--samples-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help='Score the samples in this JSONL file (one object per line with "tokens", ids in the checkpoint\'s '
+    'tokenizer, or "text"; what --out writes) instead of drawing any: every metric, references and MAUVE '
+    "alike. --samples and --seq-len then come from the file.",
+)
+@click.option(
     "--mauve/--no-mauve",
     default=True,
     show_default=True,
@@ -77,7 +85,8 @@ from harness.cli.options import (
 @out_option("The record and the samples (JSONL) are written into it.")
 @json_option()
 def genppl_cmd(checkpoint, out, as_json, **settings):
-    """Sample from CHECKPOINT and report Gen PPL under a judge with unigram entropy, NFE and speed."""
+    """Sample from CHECKPOINT (or take --samples-file) and report Gen PPL under a judge with entropy, diversity,
+    MAUVE, NFE and speed, beside held-out text and degenerate references scored alike."""
     from harness.evaluation.genppl import run_genppl, samples_jsonl
     from harness.views import render_genppl
 

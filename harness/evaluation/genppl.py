@@ -205,6 +205,41 @@ def metrics_from_rows(rows: list[dict], *, judge_spec: str | None, bits: bool = 
     return metrics
 
 
+def _draw_and_score(model, tokenizer, judge, info, *, L, max_length, samples, batch_size, seed, **sampling):
+    """Draw ``samples`` of length L with this rank's share of the batches, score them and gather:
+    ``(rows in sample order, sampler protocol, sampling seconds summed over ranks)``."""
+    from harness import distributed
+
+    original = model.seq_len
+    model.seq_len = L  # generate a canvas of L tokens (the backbone accepts any length up to its own)
+    try:
+        rows, sampler_protocol, sample_wall = sample_and_score(
+            model,
+            tokenizer,
+            judge,
+            samples=samples,
+            batch_size=batch_size,
+            seed=seed,
+            max_length=max_length,
+            rank=info.rank,
+            world=info.world,
+            **sampling,
+        )
+    finally:
+        model.seq_len = original
+    rows = gather_rows(rows, info.world)
+    walls = distributed.all_reduce_sum(torch.tensor([sample_wall], dtype=torch.float64))
+    if sampler_protocol is None:  # this rank drew no batch: another rank's protocol is gathered below
+        sampler_protocol = {}
+    if info.world > 1:
+        import torch.distributed as dist
+
+        protos = [None] * info.world
+        dist.all_gather_object(protos, sampler_protocol)
+        sampler_protocol = next(p for p in protos if p)
+    return rows, sampler_protocol, walls
+
+
 def run_genppl(
     checkpoint,
     *,
@@ -228,6 +263,7 @@ def run_genppl(
     ema: bool = True,
     references: bool = True,
     mauve: bool = True,
+    samples_file=None,
 ):
     """Sample, score and return ``(record, samples as list of dicts)``.
 
@@ -235,15 +271,16 @@ def run_genppl(
     (:mod:`harness.evaluation.genppl_references`) under the same protocol, into the record's
     ``references`` with the ``collapsed`` check; they need the checkpoint's training corpus.
     ``mauve`` (with references and a judge): MAUVE of the samples and of every reference against
-    held-out rows disjoint from ``data``, with the judge's features.
+    held-out rows disjoint from ``data``, with the judge's features. ``samples_file``: score the
+    samples of that JSONL file (:mod:`harness.evaluation.samples_file`) instead of drawing any;
+    ``samples`` and ``seq_len`` then come from the file and the sampling settings are not used.
 
     Under ``torchrun`` the batches are shared out over the ranks and the per-sample results are
     gathered once; every rank returns the same record.
     """
-    from harness import distributed
     from harness.errors import DataError
     from harness.evaluation import load_for_evaluation
-    from harness.evaluation.genppl_references import collapse_check
+    from harness.evaluation.genppl_references import collapse_check, reference_metrics
     from harness.judges import check_judge_spec, load_judge
     from harness.metrics.genppl import separator_ids
     from harness.records import Metric, make_record, model_block
@@ -263,39 +300,34 @@ def run_genppl(
     # MDLM truncates the retokenised sample at the model length; a judge with a different tokenizer
     # may need more tokens for the same text, so truncation is counted and recorded.
     max_length = L if the_judge is None else min(the_judge.context, L)
-    model.seq_len = L  # generate a canvas of L tokens (the backbone accepts any length up to its own)
-    try:
-        rows, sampler_protocol, sample_wall = sample_and_score(
+    if samples_file is not None:
+        from harness.evaluation.samples_file import read_samples_file
+
+        tokens, provenance = read_samples_file(samples_file, tokenizer)
+        samples, L = len(tokens), max(len(t) for t in tokens)
+        max_length = L if the_judge is None else min(the_judge.context, L)
+        rows = score_rows(tokens, tokenizer, the_judge, max_length=max_length, batch_size=batch_size)
+        sampler_protocol, walls = {"sampler": "external (--samples-file)", "samples_file": provenance}, None
+    else:
+        rows, sampler_protocol, walls = _draw_and_score(
             model,
             tokenizer,
             the_judge,
+            info,
+            L=L,
+            max_length=max_length,
+            samples=samples,
+            batch_size=batch_size,
+            seed=seed,
             sampler=sampler,
             steps=steps,
-            samples=samples,
             dtype=dtype,
             method=method,
             nucleus_p=nucleus_p,
             nucleus_rule=nucleus_rule,
             temperature=temperature,
-            batch_size=batch_size,
-            seed=seed,
-            max_length=max_length,
             draw=draw,
-            rank=info.rank,
-            world=info.world,
         )
-    finally:
-        model.seq_len = original
-    rows = gather_rows(rows, info.world)
-    walls = distributed.all_reduce_sum(torch.tensor([sample_wall], dtype=torch.float64))
-    if sampler_protocol is None:  # this rank drew no batch: another rank's protocol is gathered below
-        sampler_protocol = {}
-    if info.world > 1:
-        import torch.distributed as dist
-
-        protos = [None] * info.world
-        dist.all_gather_object(protos, sampler_protocol)
-        sampler_protocol = next(p for p in protos if p)
     judge_spec = None if the_judge is None else the_judge.spec
     metrics = metrics_from_rows(rows, judge_spec=judge_spec, bits=bits)
     refs = None
@@ -315,9 +347,13 @@ def run_genppl(
         if "mauve_of_samples" in refs:
             metrics["mauve"] = Metric(**refs.pop("mauve_of_samples"))
         refs["check"] = collapse_check(metrics["distinct_4"].value, refs["data"]["metrics"]["distinct_4"]["value"])
-    metrics["samples_per_s"] = Metric(
-        samples / max(float(walls), 1e-9), None, "estimate", "samples per second of sampling time, summed over ranks"
-    )
+    if walls is not None:
+        metrics["samples_per_s"] = Metric(
+            samples / max(float(walls), 1e-9),
+            None,
+            "estimate",
+            "samples per second of sampling time, summed over ranks",
+        )
     protocol = dict(sampler_protocol)
     protocol.pop("num_samples", None)
     protocol.pop("batch_size", None)
@@ -377,49 +413,6 @@ def run_genppl(
             f"[yellow]warning:[/] {record['model']['name']}: the samples look collapsed: {refs['check']['why']}"
         )
     return record, out_rows
-
-
-def reference_metrics(
-    cfg, tokenizer, judge, *, samples, seq_len, seed, max_length, batch_size, bits, sample_rows=None
-) -> dict:
-    """The ``references`` block of a ``genppl`` record: each reference batch's metrics (scored by
-    :func:`score_rows` and :func:`metrics_from_rows`, as the samples are) and where it came from.
-
-    With ``sample_rows`` (the run's scored rows) and a judge, MAUVE too: every batch, the samples
-    included, against held-out rows disjoint from ``data`` (:mod:`harness.metrics.mauve_score`);
-    the samples' value is returned under ``block["mauve_of_samples"]`` for the run's own metrics."""
-    from harness.evaluation.genppl_references import NAMES, reference_token_rows
-    from harness.metrics.genppl import to_judge_ids
-    from harness.records import Metric
-
-    mauve = sample_rows is not None and judge is not None
-    batches, provenance = reference_token_rows(
-        cfg, tokenizer, samples=samples, seq_len=seq_len, seed=seed, held_out=mauve
-    )
-    block = {"provenance": provenance}
-    scored = {}
-    for name in NAMES:
-        scored[name] = score_rows(batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size)
-        metrics = metrics_from_rows(scored[name], judge_spec=None if judge is None else judge.spec, bits=bits)
-        block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
-    if mauve:
-        from harness.metrics.mauve_score import mauve_between
-
-        def features(judge_ids):
-            return judge.features(judge_ids, max_length=max_length, batch_size=batch_size)
-
-        held = features([to_judge_ids(r.tolist(), tokenizer, judge) for r in batches["held_out"]])
-        what = f"MAUVE against {samples} held-out rows, {judge.spec} features"
-        for name in (*NAMES, "samples"):
-            rows = sample_rows if name == "samples" else scored[name]
-            value, protocol = mauve_between(held, features([r["judge_ids"] for r in rows]), seed=seed)
-            metric = Metric(value, None, "estimate", what).to_dict()
-            if name == "samples":
-                block["mauve_of_samples"] = metric
-            else:
-                block[name]["metrics"]["mauve"] = metric
-        block["mauve_protocol"] = protocol
-    return block
 
 
 def samples_jsonl(rows: list[dict]) -> bytes:

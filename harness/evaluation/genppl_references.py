@@ -91,4 +91,47 @@ def collapse_check(distinct_4: float, data_distinct_4: float) -> dict:
     }
 
 
-__all__ = ["COLLAPSE_RATIO", "COLLAPSE_RULE", "NAMES", "collapse_check", "reference_token_rows"]
+def reference_metrics(
+    cfg, tokenizer, judge, *, samples, seq_len, seed, max_length, batch_size, bits, sample_rows=None
+) -> dict:
+    """The ``references`` block of a ``genppl`` record: each reference batch's metrics (scored by
+    :func:`harness.evaluation.genppl.score_rows` and ``metrics_from_rows``, as the samples are) and where it came from.
+
+    With ``sample_rows`` (the run's scored rows) and a judge, MAUVE too: every batch, the samples
+    included, against held-out rows disjoint from ``data`` (:mod:`harness.metrics.mauve_score`);
+    the samples' value is returned under ``block["mauve_of_samples"]`` for the run's own metrics."""
+    from harness.evaluation.genppl import metrics_from_rows, score_rows
+    from harness.metrics.genppl import to_judge_ids
+    from harness.records import Metric
+
+    mauve = sample_rows is not None and judge is not None
+    batches, provenance = reference_token_rows(
+        cfg, tokenizer, samples=samples, seq_len=seq_len, seed=seed, held_out=mauve
+    )
+    block = {"provenance": provenance}
+    scored = {}
+    for name in NAMES:
+        scored[name] = score_rows(batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size)
+        metrics = metrics_from_rows(scored[name], judge_spec=None if judge is None else judge.spec, bits=bits)
+        block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
+    if mauve:
+        from harness.metrics.mauve_score import mauve_between
+
+        def features(judge_ids):
+            return judge.features(judge_ids, max_length=max_length, batch_size=batch_size)
+
+        held = features([to_judge_ids(r.tolist(), tokenizer, judge) for r in batches["held_out"]])
+        what = f"MAUVE against {samples} held-out rows, {judge.spec} features"
+        for name in (*NAMES, "samples"):
+            rows = sample_rows if name == "samples" else scored[name]
+            value, protocol = mauve_between(held, features([r["judge_ids"] for r in rows]), seed=seed)
+            metric = Metric(value, None, "estimate", what).to_dict()
+            if name == "samples":
+                block["mauve_of_samples"] = metric
+            else:
+                block[name]["metrics"]["mauve"] = metric
+        block["mauve_protocol"] = protocol
+    return block
+
+
+__all__ = ["COLLAPSE_RATIO", "COLLAPSE_RULE", "NAMES", "collapse_check", "reference_metrics", "reference_token_rows"]
