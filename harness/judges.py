@@ -67,7 +67,8 @@ class Judge:
         token (cut at ``max_length``), the features MAUVE's reference code takes from GPT-2 Large."""
         feats = []
         for start in range(0, len(samples), batch_size):
-            chunk = [list(s[:max_length]) or [self.eos_id] for s in samples[start : start + batch_size]]
+            cut = min(max_length, self.context)
+            chunk = [list(s[:cut]) or [self.eos_id] for s in samples[start : start + batch_size]]
             T = max(len(s) for s in chunk)
             ids = torch.tensor([s + [self.eos_id] * (T - len(s)) for s in chunk], dtype=torch.long)
             mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in chunk], dtype=torch.long)
@@ -81,15 +82,17 @@ class ProjectARMJudge(Judge):
 
     @torch.no_grad()
     def last_hidden(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, T, D) the backbone's normalised last hidden states (the input of its output layer)."""
-        norm = getattr(getattr(getattr(self.model, "backbone", None), "final", None), "norm", None)
-        if norm is None:
+        """(B, T) ids -> (B, T, D) the hidden states the network's output layer reads (its last
+        linear map onto the vocabulary; our backbone's and the releases' DiT alike)."""
+        vocab = int(self.tokenizer.vocab_size)
+        heads = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear) and m.out_features >= vocab]
+        if not heads:
             raise PrimebenchError(
-                f"judge {self.spec} has no final hidden layer to take MAUVE features from",
+                f"judge {self.spec} has no output layer onto its vocabulary to take MAUVE features from",
                 fix="use --no-mauve, or the smollm2 / an HF causal LM judge",
             )
         seen = {}
-        handle = norm.register_forward_hook(lambda mod, inp, out: seen.update(h=out))
+        handle = heads[-1].register_forward_hook(lambda mod, inp, out: seen.update(h=inp[0]))
         try:
             self.model.log_probs(ids.to(self.model.device))
         finally:

@@ -94,6 +94,8 @@ def test_mauve_needs_two_samples_a_side_and_a_judge_with_features():
 
     with pytest.raises(InputError, match="at least 2 samples"):
         mauve_between(torch.zeros(1, 4), torch.zeros(3, 4), seed=0)
-    judge = ProjectARMJudge("arm:x", "x", None, torch.nn.Linear(2, 2), eos_id=0, context=8)
-    with pytest.raises(PrimebenchError, match="no final hidden layer"):
+    from types import SimpleNamespace
+
+    judge = ProjectARMJudge("arm:x", "x", SimpleNamespace(vocab_size=10), torch.nn.Linear(2, 2), eos_id=0, context=8)
+    with pytest.raises(PrimebenchError, match="no output layer onto its vocabulary"):
         judge.features([[1, 2]], max_length=8)
