@@ -75,6 +75,13 @@ from harness.cli.options import (
     "alike. --samples and --seq-len then come from the file.",
 )
 @click.option(
+    "--sweep",
+    default=None,
+    metavar="KNOB=V1,V2,...",
+    help="Draw one record per value of temperature or nucleus (e.g. temperature=0.8,0.9,1.0) and read Gen PPL "
+    "off the curve at the data reference's entropy (a genppl-matched record and its PNG in --out).",
+)
+@click.option(
     "--mauve/--no-mauve",
     default=True,
     show_default=True,
@@ -90,6 +97,9 @@ def genppl_cmd(checkpoint, out, as_json, **settings):
     from harness.evaluation.genppl import run_genppl, samples_jsonl
     from harness.views import render_genppl
 
+    sweep = settings.pop("sweep")
+    if sweep is not None:
+        return _sweep(checkpoint, sweep, out, as_json, settings)
     record, rows = run_genppl(checkpoint, **settings)
     # the samples file takes the record's name (record~1.json <-> record~1.samples.jsonl)
     emit_record(
@@ -98,4 +108,26 @@ def genppl_cmd(checkpoint, out, as_json, **settings):
         as_json=as_json,
         render=render_genppl,
         attachments={"samples_file": (".samples.jsonl", samples_jsonl(rows))},
+    )
+
+
+def _sweep(checkpoint, sweep, out, as_json, settings):
+    """Every point's record (and samples) into ``out``, then the matched record with its plot."""
+    from harness.evaluation.genppl import samples_jsonl
+    from harness.evaluation.genppl_sweep import run_sweep
+    from harness.records import write_record
+    from harness.views.genppl_matched import plot_matched, render_matched
+
+    record, points = run_sweep(checkpoint, sweep=sweep, **settings)
+    from harness import distributed
+
+    if out is not None and distributed.is_main():
+        for point, rows in points:
+            write_record(point, out, attachments={"samples_file": (".samples.jsonl", samples_jsonl(rows))})
+    emit_record(
+        record,
+        out=out,
+        as_json=as_json,
+        render=render_matched,
+        attachments={"plot_file": (".png", plot_matched([record]))},
     )

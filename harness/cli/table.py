@@ -8,7 +8,7 @@ import click
 from harness.cli.options import option
 
 # Kept here so that `primebench --help` imports no views; tests check them against harness.views.
-_LAYOUTS = ("ppl", "zeroshot", "genppl", "precision", "idle", "fid", "bound")
+_LAYOUTS = ("ppl", "zeroshot", "genppl", "genppl-matched", "precision", "idle", "fid", "bound")
 _FORMATS = ("rich", "md", "latex", "csv")
 _SUFFIX = {"rich": ".txt", "md": ".md", "latex": ".tex", "csv": ".csv"}
 

@@ -31,6 +31,7 @@ TITLES = {
     "distinct_4": "distinct-4",
     "cross_repeat_4": "4-grams shared across samples",
     "mauve": "MAUVE",
+    "gen_ppl_at_data_entropy": "Gen PPL at the data entropy",
     "nfe": "NFE",
     "samples_per_s": "samples/s",
     "fid": "FID",
@@ -43,7 +44,7 @@ TITLES = {
     "nll": "NLL",
     "ppl": "PPL",
 }
-_TWO_DECIMALS = ("ppl", "gen_ppl", "fid", "inception_score", "nfe")
+_TWO_DECIMALS = ("ppl", "gen_ppl", "gen_ppl_at_data_entropy", "fid", "inception_score", "nfe")
 LEGEND = {
     "bound": "upper bound (the true value is at most this)",
     "paper-objective": "paper objective, not a bound",

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.errors import PrimebenchError
-from harness.views import bound, fid, genppl, idle, ppl, precision, zeroshot
+from harness.views import bound, fid, genppl, genppl_matched, idle, ppl, precision, zeroshot
 from harness.views.entries import Layout
 from harness.views.generic import generic_table
 from harness.views.table import Table
 
-LAYOUTS: dict[str, Layout] = {m.LAYOUT.name: m.LAYOUT for m in (ppl, zeroshot, genppl, precision, idle, fid, bound)}
+LAYOUTS: dict[str, Layout] = {
+    m.LAYOUT.name: m.LAYOUT for m in (ppl, zeroshot, genppl, genppl_matched, precision, idle, fid, bound)
+}
 
 
 def build_table(records: Sequence[dict[str, Any]], layout: str) -> Table:
