@@ -115,19 +115,14 @@ def _sweep(checkpoint, sweep, out, as_json, settings):
     """Every point's record (and samples) into ``out``, then the matched record with its plot."""
     from harness.evaluation.genppl import samples_jsonl
     from harness.evaluation.genppl_sweep import run_sweep
-    from harness.records import write_record
     from harness.views.genppl_matched import plot_matched, render_matched
 
     record, points = run_sweep(checkpoint, sweep=sweep, **settings)
-    from harness import distributed
-
-    if out is not None and distributed.is_main():
-        for point, rows in points:
-            write_record(point, out, attachments={"samples_file": (".samples.jsonl", samples_jsonl(rows))})
     emit_record(
         record,
         out=out,
         as_json=as_json,
         render=render_matched,
         attachments={"plot_file": (".png", plot_matched([record]))},
+        before=[(point, {"samples_file": (".samples.jsonl", samples_jsonl(rows))}) for point, rows in points],
     )
