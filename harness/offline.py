@@ -61,6 +61,8 @@ def _ask_hub(endpoint: str, timeout: float) -> str:
 
     answer: list[str] = []
 
+    silent = f"{endpoint} did not answer an HTTP request within {timeout:g} s"
+
     def ask() -> None:
         try:
             with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout):
@@ -69,12 +71,15 @@ def _ask_hub(endpoint: str, timeout: float) -> str:
             answer.append("" if exc.code < 500 else f"{endpoint} answered HTTP {exc.code}")
         except Exception as exc:  # noqa: BLE001 - refused, no route, DNS, TLS, timeout: all "not usable"
             reason = getattr(exc, "reason", exc)
-            answer.append(f"{endpoint} could not be reached ({reason})")
+            if isinstance(reason, TimeoutError):  # its own timeout can fire before join() returns
+                answer.append(silent)
+            else:
+                answer.append(f"{endpoint} could not be reached ({reason})")
 
     thread = threading.Thread(target=ask, name="primebench-hub-check", daemon=True)
     thread.start()
     thread.join(timeout)
-    return answer[0] if answer else f"{endpoint} did not answer an HTTP request within {timeout:g} s"
+    return answer[0] if answer else silent
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:

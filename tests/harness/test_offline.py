@@ -50,6 +50,28 @@ def test_an_endpoint_that_accepts_and_never_answers_is_offline_within_the_timeou
     assert offline.hub_unreachable_reason() == f"{silent_endpoint} did not answer an HTTP request within 1 s"
 
 
+def test_a_timeout_that_fires_before_the_wait_ends_says_the_same(monkeypatch):
+    """urlopen's own timeout can fire a moment before the thread's join returns (a loaded machine):
+    the reason is still "did not answer ... within", never a second wording."""
+    import urllib.error
+    import urllib.request
+
+    def times_out(*args, **kwargs):
+        raise urllib.error.URLError(TimeoutError("timed out"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", times_out)
+    assert (
+        offline._ask_hub("http://example.invalid", 1.0)
+        == "http://example.invalid did not answer an HTTP request within 1 s"
+    )
+
+    def refused(*args, **kwargs):
+        raise urllib.error.URLError(ConnectionRefusedError("refused"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", refused)
+    assert offline._ask_hub("http://example.invalid", 1.0) == "http://example.invalid could not be reached (refused)"
+
+
 def test_hf_data_from_a_silent_endpoint_fails_in_seconds_on_the_cli(silent_endpoint):
     from click.testing import CliRunner
 
