@@ -46,9 +46,19 @@ class Judge:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     @torch.no_grad()
-    def target_nll(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, T-1) nats of predicting token k+1 from tokens <= k."""
-        out = self.model(input_ids=ids.to(self.device), attention_mask=attention_mask.to(self.device))
+    def target_nll(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor, hidden_out: list | None = None
+    ) -> torch.Tensor:
+        """(B, T) ids -> (B, T-1) nats of predicting token k+1 from tokens <= k. With ``hidden_out``
+        (a list), the same forward pass also appends the (B, T, D) last-layer hidden states to it, so
+        MAUVE's features cost no second pass (:meth:`features` is the pass for ids never scored)."""
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            output_hidden_states=hidden_out is not None,
+        )
+        if hidden_out is not None:
+            hidden_out.append(out.hidden_states[-1].float().cpu())
         logits = out.logits[:, :-1].float()
         return torch.nn.functional.cross_entropy(
             logits.transpose(1, 2), ids[:, 1:].to(self.device), reduction="none"
@@ -103,7 +113,11 @@ class ProjectARMJudge(Judge):
         return list(self.tokenizer.encode(text))
 
     @torch.no_grad()
-    def target_nll(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def target_nll(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor, hidden_out: list | None = None
+    ) -> torch.Tensor:
+        """As :meth:`Judge.target_nll`; the network never reads the last token here, so ``hidden_out``
+        stays empty and the features take their own pass (:meth:`features`)."""
         log_p = self.model.log_probs(ids.to(self.model.device)[:, :-1])
         return -log_p.gather(-1, ids[:, 1:, None].to(self.model.device)).squeeze(-1).double().cpu()
 

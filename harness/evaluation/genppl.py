@@ -71,6 +71,7 @@ def sample_and_score(
     world: int = 1,
     nucleus_rule: str = "cross",
     draw: str = "two-stage",
+    features: bool = False,
 ):
     """Draw and score this rank's batches. Returns (per-sample rows, sampler protocol, sampling seconds).
 
@@ -102,13 +103,17 @@ def sample_and_score(
         )
         wall += time.time() - t0
         protocol = out.protocol
-        scored = score_rows(out.tokens, tokenizer, judge, max_length=max_length, batch_size=n, start=start)
+        scored = score_rows(
+            out.tokens, tokenizer, judge, max_length=max_length, batch_size=n, start=start, features=features
+        )
         for i, row in enumerate(scored):
             rows.append({**row, "nfe": int(out.nfe[i]), "idle_steps": int(out.idle_steps[i])})
     return rows, protocol, wall
 
 
-def score_rows(tokens, tokenizer, judge, *, max_length: int, batch_size: int, start: int = 0) -> list[dict]:
+def score_rows(
+    tokens, tokenizer, judge, *, max_length: int, batch_size: int, start: int = 0, features: bool = False
+) -> list[dict]:
     """Per-sample rows for token rows ``tokens`` ((N, L) model ids, a tensor or lists): the decoded
     text, the ids and, with a judge, its nats, counted targets, ids and truncation flag. The samples
     and every reference batch are scored by this one function."""
@@ -118,7 +123,9 @@ def score_rows(tokens, tokenizer, judge, *, max_length: int, batch_size: int, st
     judged = None
     if judge is not None:
         samples_ids = [to_judge_ids(r, tokenizer, judge) for r in tokens]
-        metric, judge_ids = score_ids(judge, samples_ids, max_length=max_length, batch_size=batch_size)
+        metric, judge_ids = score_ids(
+            judge, samples_ids, max_length=max_length, batch_size=batch_size, features=features
+        )
         judged = (metric.nats, metric.counts, judge_ids, metric.truncated_flags)
     return [
         {
@@ -129,6 +136,7 @@ def score_rows(tokens, tokenizer, judge, *, max_length: int, batch_size: int, st
             "judge_targets": None if judged is None else judged[1][i],
             "judge_ids": None if judged is None else judged[2][i],
             "judge_truncated": None if judged is None else judged[3][i],
+            **({"judge_features": metric.features[i]} if judged is not None and features else {}),
         }
         for i, row in enumerate(tokens)
     ]
@@ -306,7 +314,9 @@ def run_genppl(
         tokens, provenance = read_samples_file(samples_file, tokenizer)
         samples, L = len(tokens), max(len(t) for t in tokens)
         max_length = L if the_judge is None else min(the_judge.context, L)
-        rows = score_rows(tokens, tokenizer, the_judge, max_length=max_length, batch_size=batch_size)
+        rows = score_rows(
+            tokens, tokenizer, the_judge, max_length=max_length, batch_size=batch_size, features=references and mauve
+        )
         sampler_protocol, walls = {"sampler": "external (--samples-file)", "samples_file": provenance}, None
     else:
         rows, sampler_protocol, walls = _draw_and_score(
@@ -327,6 +337,7 @@ def run_genppl(
             nucleus_rule=nucleus_rule,
             temperature=temperature,
             draw=draw,
+            features=references and mauve and the_judge is not None,
         )
     judge_spec = None if the_judge is None else the_judge.spec
     metrics = metrics_from_rows(rows, judge_spec=judge_spec, bits=bits)
@@ -392,7 +403,7 @@ def run_genppl(
     if refs is not None and "mauve_protocol" in refs:
         protocol["mauve"] = refs.pop("mauve_protocol")
     out_rows = [
-        {k: v for k, v in r.items() if k != "judge_ids"}
+        {k: v for k, v in r.items() if k not in ("judge_ids", "judge_features")}
         | {"judge_tokens": None if r["judge_ids"] is None else len(r["judge_ids"])}
         for r in rows
     ]

@@ -111,7 +111,9 @@ def reference_metrics(
     block = {"provenance": provenance}
     scored = {}
     for name in NAMES:
-        scored[name] = score_rows(batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size)
+        scored[name] = score_rows(
+            batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size, features=mauve
+        )
         metrics = metrics_from_rows(scored[name], judge_spec=None if judge is None else judge.spec, bits=bits)
         block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
     if mauve:
@@ -124,7 +126,7 @@ def reference_metrics(
         what = f"MAUVE against {samples} held-out rows, {judge.spec} features"
         for name in (*NAMES, "samples"):
             rows = sample_rows if name == "samples" else scored[name]
-            value, protocol = mauve_between(held, features([r["judge_ids"] for r in rows]), seed=seed)
+            value, protocol = mauve_between(held, torch.stack([r["judge_features"] for r in rows]), seed=seed)
             metric = Metric(value, None, "estimate", what).to_dict()
             if name == "samples":
                 block["mauve_of_samples"] = metric

@@ -128,9 +128,13 @@ def score_texts(judge, texts: list[str], *, max_length: int, batch_size: int = 8
     return score_ids(judge, [judge.encode(t) for t in texts], max_length=max_length, batch_size=batch_size)
 
 
-def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: int = 8):
-    """Score samples given as judge ids. Returns ``(GenPPL metric, judge ids per sample)``."""
+def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: int = 8, features: bool = False):
+    """Score samples given as judge ids. Returns ``(GenPPL metric, judge ids per sample)``. With
+    ``features``, ``metric.features`` is also filled: (N, D) MAUVE features, the last-layer hidden
+    state at each sample's last token of the first window (what :meth:`harness.judges.Judge.features`
+    computes), taken from the scoring pass itself when the judge returns hidden states."""
     metric = GenPPL()
+    feats: list[torch.Tensor] = []
     all_ids: list[list[int]] = []
     window = min(max_length, judge.context)
     for start in range(0, len(samples), batch_size):
@@ -157,7 +161,16 @@ def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: i
             piece = batch[:, w0 : w0 + window]
             if piece.shape[1] < 2:
                 continue
-            nats = judge.target_nll(piece, torch.ones_like(piece)).double()  # (B, w-1): targets w0+1 ..
+            hidden = [] if features and w0 == 0 else None
+            mask = torch.ones_like(piece)
+            nats = (judge.target_nll(piece, mask) if hidden is None else judge.target_nll(piece, mask, hidden)).double()
+            if hidden is not None:
+                last = torch.tensor([min(len(ids), window) - 1 for ids in encoded])
+                feats.append(
+                    hidden[0][torch.arange(len(encoded)), last]
+                    if hidden
+                    else judge.features(encoded, max_length=max_length, batch_size=len(encoded))
+                )
             if not bool(torch.isfinite(nats).all()):  # the samples are ids: a NaN here is the judge's
                 from harness.errors import NumericalError
 
@@ -167,10 +180,14 @@ def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: i
                     fix="pass a judge whose weights and outputs are finite (--judge smollm2, or re-download the judge)",
                 )
             sums += (nats * counted[:, w0 : w0 + piece.shape[1] - 1].double()).sum(-1)
+        if features and len(feats) < start // batch_size + 1:  # a batch too short to score still needs them
+            feats.append(judge.features(encoded, max_length=max_length, batch_size=len(encoded)))
         counts = torch.zeros(len(encoded), dtype=torch.float64)
         for w0 in range(0, T, window):
             width = min(window, T - w0)
             if width >= 2:
                 counts += counted[:, w0 : w0 + width - 1].double().sum(-1)
         metric.add(sums, counts)
+    if features:
+        metric.features = torch.cat(feats)
     return metric, all_ids

@@ -229,7 +229,10 @@ def text_stages(
     judge_obj, gen_records = None, []
     for dtype in dtypes:
         for name in models:
-            config = dict(checkpoint_config(name, cfgs[name]), **genppl, dtype=dtype, judge=judge)
+            # the reference rows and MAUVE once per model, on the float64 draws (the float32 record
+            # is the precision comparison of the same samples' protocol; its references would repeat them)
+            refs = dtype == dtypes[-1]
+            config = dict(checkpoint_config(name, cfgs[name]), **genppl, dtype=dtype, judge=judge, references=refs)
             if judge_obj is None and not stages.matches(f"genppl-{name}-{dtype}", config):
                 from harness.judges import load_judge
 
@@ -239,7 +242,9 @@ def text_stages(
                 stages.record(
                     f"genppl-{name}-{dtype}",
                     config,
-                    lambda: run_genppl(out / name, dtype=dtype, judge=judge, judge_obj=judge_obj, **genppl)[0],
+                    lambda: run_genppl(
+                        out / name, dtype=dtype, judge=judge, judge_obj=judge_obj, references=refs, **genppl
+                    )[0],
                 )
             )
     zs = [

@@ -334,3 +334,18 @@ def test_smollm2_features_for_mauve_do_not_depend_on_the_batch(smollm2_judge):
     for i, one in enumerate(ids):
         assert torch.allclose(judge.features([one], max_length=64)[0], both[i], atol=1e-5)
     assert not torch.allclose(both[0], both[1])
+
+
+def test_mauve_features_from_the_scoring_pass_are_the_features_pass(smollm2_judge):
+    """score_ids(features=True) takes the features from the forward pass that scores the samples;
+    they are what Judge.features computes in a pass of its own, and the Gen PPL is unchanged."""
+    from harness.metrics.genppl import score_ids
+
+    judge = smollm2_judge
+    ids = [judge.encode("The capital of France is Paris."), judge.encode("Paris city the a Europe in capital")]
+    plain, _ = score_ids(judge, ids, max_length=64, batch_size=2)
+    shared, _ = score_ids(judge, ids, max_length=64, batch_size=2, features=True)
+    assert shared.compute().gen_ppl == plain.compute().gen_ppl
+    assert torch.allclose(shared.features, judge.features(ids, max_length=64, batch_size=2), atol=1e-4)
+    cut, _ = score_ids(judge, ids, max_length=4, batch_size=2, features=True)  # the last token of the cut
+    assert torch.allclose(cut.features, judge.features(ids, max_length=4, batch_size=2), atol=1e-4)
