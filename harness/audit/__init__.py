@@ -11,8 +11,9 @@ without loading torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harness.lazy import lazy_exports
 
 _EXPORTS = {
     "IdleSimulation": "idle",
@@ -58,13 +59,4 @@ if TYPE_CHECKING:
     from harness.audit.idle import IdleSimulation, expected_nfe, idle_step_ratio, simulate_idle
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'harness.audit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"harness.audit.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports("harness.audit", _EXPORTS, globals(), __all__)

@@ -9,8 +9,9 @@ does not import torch; only packing and images need it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harness.lazy import lazy_exports
 
 _EXPORTS = {
     "cache_dir": "cache",
@@ -63,13 +64,4 @@ if TYPE_CHECKING:
     from harness.data.tokenizers import TOKENIZER_KINDS, Tokenizer, get_tokenizer, load_tokenizer
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'harness.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"harness.data.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports("harness.data", _EXPORTS, globals(), __all__)
