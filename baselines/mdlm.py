@@ -40,7 +40,9 @@ class MDLM(MaskedDiffusion):
     config_class = MDLMConfig
     table_order = 1
 
-    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+    def log_probs(
+        self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, L) ids with mask id C -> (B, L, C) SUBS log-probabilities (float32)."""
         logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
         return subs_log_probs(logits, z_t, self.mask_id)

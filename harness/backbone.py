@@ -12,7 +12,9 @@ The backbone maps embedded inputs to logits and knows nothing about masking or s
   (``mixer_placement: input``) or before every block (``blocks``);
 * pre-norm blocks; optional adaLN time conditioning (shift/scale/gate from a time embedding ``c``);
 * attention through ``torch.nn.functional.scaled_dot_product_attention``, bidirectional or causal,
-  so the same code runs on CPU in float32 and on CUDA under bf16 autocast;
+  so the same code runs on CPU in float32 and on CUDA under bf16 autocast; a family may pass its own
+  boolean attention mask, position ids and mixer neighbours (BD3-LM's block layouts), and
+  :meth:`Backbone.extend` runs new positions against a :class:`KVCache` of finished ones;
 * final projection to C logits, zero-initialised as in MDLM (the untrained model predicts uniformly).
 """
 
@@ -77,9 +79,13 @@ class Rotary(nn.Module):
         self.register_buffer("cos2", torch.stack((cos, cos), -1).flatten(-2), persistent=False)
         self.register_buffer("sin2", torch.stack((-sin, sin), -1).flatten(-2), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        L = x.shape[-2]
-        cos, sin = self.cos2[:L].to(x.dtype), self.sin2[:L].to(x.dtype)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions`` (L,): the position of each row of x (default 0 .. L - 1)."""
+        if positions is None:
+            L = x.shape[-2]
+            cos, sin = self.cos2[:L].to(x.dtype), self.sin2[:L].to(x.dtype)
+        else:
+            cos, sin = self.cos2[positions].to(x.dtype), self.sin2[positions].to(x.dtype)
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x2, x1) in each pair
         return (x * cos).add_(swapped.mul_(sin))
 
@@ -100,11 +106,33 @@ class NeighbourMixer(nn.Module):
         self.width, self.causal = width, causal
         self.conv = nn.Conv1d(d_model, d_model, width, groups=d_model, bias=False)
 
-    def forward(self, h: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    @property
+    def left(self) -> int:
+        """How many earlier positions a position mixes in (the rest of the width lies after it)."""
+        return self.width - 1 if self.causal else (self.width - 1) // 2
+
+    def forward(
+        self, h: torch.Tensor, keep: torch.Tensor | None = None, sources: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``sources`` (L, width) long: instead of the plain neighbours, position i mixes in the state
+        at ``sources[i, k]`` (-1: zero) where the convolution reads position i + k - left (a family's
+        own layout, e.g. BD3-LM's noisy and clean halves, where a neighbour may sit elsewhere)."""
         x = h if keep is None else h * keep[..., None].to(h.dtype)
+        if sources is not None:
+            padded = F.pad(x, (0, 0, 0, 1))  # row L is zero: where source -1 points
+            picked = padded[:, sources.masked_fill(sources < 0, x.shape[1])]  # (B, L, width, D)
+            return h + torch.einsum("blkd,dk->bld", picked, self.conv.weight[:, 0, :])
         x = x.transpose(1, 2)  # (B, D, L)
-        left = self.width - 1 if self.causal else (self.width - 1) // 2
+        left = self.left
         x = F.pad(x, (left, self.width - 1 - left))
+        return h + self.conv(x).transpose(1, 2)
+
+    def extend(self, h: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
+        """Mix new positions ``h`` (B, n, D) that follow the ``tail`` (B, left, D) of finished ones
+        (zeros where there were none) and precede nothing: what :meth:`forward` gives those
+        positions on the whole sequence when nothing lies after them."""
+        x = torch.cat((tail, h), 1).transpose(1, 2)
+        x = F.pad(x, (0, self.width - 1 - self.left))
         return h + self.conv(x).transpose(1, 2)
 
 
@@ -151,7 +179,16 @@ class Block(nn.Module):
             nn.init.zeros_(self.adaln.weight)
             nn.init.zeros_(self.adaln.bias)
 
-    def forward(self, h: torch.Tensor, c: torch.Tensor | None, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        h: torch.Tensor,
+        c: torch.Tensor | None,
+        attn_mask: torch.Tensor | None,
+        positions: torch.Tensor | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | torch.Tensor:
+        """``past``: keys and values (B, H, P, Dh) of earlier positions that every query attends to;
+        with it, the new keys and values (past included) come back beside the output."""
         B, L, D = h.shape
         if self.adaln is not None:
             shift1, scale1, gate1, shift2, scale2, gate2 = self.adaln(c).chunk(6, dim=-1)
@@ -159,14 +196,16 @@ class Block(nn.Module):
         if self.adaln is not None:
             x = _modulate(x, shift1, scale1)
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        q, k = self.rotary(torch.stack((q, k))).unbind(0)  # one rotary pass over queries and keys
+        q, k = self.rotary(torch.stack((q, k)), positions).unbind(0)  # one rotary pass over queries and keys
+        if past is not None:
+            k, v = torch.cat((past[0], k), 2), torch.cat((past[1], v), 2)
         a = F.scaled_dot_product_attention(
             q,
             k,
             v,
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=self.causal and attn_mask is None,
+            is_causal=self.causal and attn_mask is None and past is None,
         )
         a = self.drop(self.proj(a.transpose(1, 2).reshape(B, L, D)))
         h = h + (gate1[:, None] * a if self.adaln is not None else a)
@@ -174,7 +213,8 @@ class Block(nn.Module):
         if self.adaln is not None:
             x = _modulate(x, shift2, scale2)
         m = self.drop(self.mlp(x))
-        return h + (gate2[:, None] * m if self.adaln is not None else m)
+        out = h + (gate2[:, None] * m if self.adaln is not None else m)
+        return out if past is None else (out, (k, v))
 
 
 class FinalLayer(nn.Module):
@@ -229,32 +269,121 @@ class Backbone(nn.Module):
             self.mixer = NeighbourMixer(cfg.d_model, cfg.mixer_width, cfg.causal)
 
     def forward(
-        self, inputs: torch.Tensor, t: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
+        self,
+        inputs: torch.Tensor,
+        t: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        mixer_sources: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        h = self.embedding(inputs)
-        if self.positions is not None:
-            h = h + self.positions(h.shape[1]).to(h.dtype)
-        h = self.drop(h)
+        """``attn_mask`` (L, L) bool, True where query i may attend to key j (the family's own
+        layout; padding from ``attention_mask`` is applied on top); ``positions`` (L,) the position
+        of each input (default 0 .. L - 1; a layout may repeat them); ``mixer_sources`` (L, width)
+        the neighbours each position mixes in (:meth:`NeighbourMixer.forward`)."""
+        h = self._embed(inputs, positions)
         B, L, _ = h.shape
-        if L > self.cfg.seq_len:
-            raise InputError(f"sequence length {L} exceeds the backbone's seq_len={self.cfg.seq_len}")
         if self.mixer is not None:
-            h = self.mixer(h, attention_mask)
-        c = None
-        if self.time_embedding is not None:
-            if t is None:
-                raise InputError("this backbone is time-conditioned: pass t (B,)")
-            c = F.silu(self.time_embedding(t.to(h.device).expand(B) if t.dim() == 0 else t))
+            h = self.mixer(h, attention_mask, mixer_sources)
+        c = self._condition(t, B, h.device)
         mask = None
+        if attn_mask is not None:
+            mask = attn_mask.to(device=h.device, dtype=torch.bool)[None, None]
         if attention_mask is not None and not bool(attention_mask.all()):  # no padding: SDPA's unmasked path
             keys = attention_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, L)
-            mask = keys
-            if self.cfg.causal:
+            mask = keys if mask is None else mask & keys
+            if self.cfg.causal and attn_mask is None:
                 mask = mask & torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
+        if mask is not None:
             # a row with no visible key would give NaN; let padded queries see themselves
             mask = mask | torch.eye(L, dtype=torch.bool, device=h.device)
         for i, block in enumerate(self.blocks):
             if self.block_mixers is not None:
-                h = self.block_mixers[i](h, attention_mask)
-            h = block(h, c, mask)
+                h = self.block_mixers[i](h, attention_mask, mixer_sources)
+            h = block(h, c, mask, positions)
         return self.final(h, c).float()
+
+    def _embed(self, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        h = self.embedding(inputs)
+        L = h.shape[1]
+        last = L if positions is None else int(positions.max()) + 1 if positions.numel() else 0
+        if last > self.cfg.seq_len:
+            raise InputError(f"sequence length {last} exceeds the backbone's seq_len={self.cfg.seq_len}")
+        if self.positions is not None:
+            table = self.positions(last).to(h.dtype)
+            h = h + (table if positions is None else table[positions])
+        return self.drop(h)
+
+    def _condition(self, t: torch.Tensor | None, B: int, device) -> torch.Tensor | None:
+        if self.time_embedding is None:
+            return None
+        if t is None:
+            raise InputError("this backbone is time-conditioned: pass t (B,)")
+        return F.silu(self.time_embedding(t.to(device).expand(B) if t.dim() == 0 else t))
+
+    @torch.no_grad()
+    def extend(
+        self, inputs: torch.Tensor, cache: KVCache, *, rows: torch.Tensor | None = None, store: bool = False
+    ) -> torch.Tensor:
+        """Logits (B, n, C) of n new positions that follow the ``cache``'s finished ones and attend
+        to all of them and to each other (nothing lies after them): the block-by-block sampler's
+        call, equal to a forward pass over the whole sequence under a block-causal mask whose last
+        block is the new one. ``rows`` (bool (B_cache,)) picks the cache rows these inputs belong to.
+        ``store``: append the new positions to the cache (a finished block). Not time-conditioned."""
+        if self.time_embedding is not None:
+            raise InputError("extend() runs networks without a time input")
+        start = cache.length
+        positions = torch.arange(start, start + inputs.shape[1], device=inputs.device)
+        h = self._embed(inputs, positions)
+        mixers = ([self.mixer] if self.mixer is not None else []) + list(self.block_mixers or [])
+        tails = [cache.tail(j, rows, h, m.left) for j, m in enumerate(mixers)]
+        new_tails, new_kv = [], []
+        if self.mixer is not None:
+            new_tails.append(h)
+            h = self.mixer.extend(h, tails[0])
+        offset = 1 if self.mixer is not None else 0
+        for i, block in enumerate(self.blocks):
+            if self.block_mixers is not None:
+                new_tails.append(h)
+                h = self.block_mixers[i].extend(h, tails[offset + i])
+            h, kv = block(h, None, None, positions, cache.past(i, rows, h, block.n_heads))
+            new_kv.append(kv)
+        if store:
+            cache.store(new_kv, new_tails, [m.left for m in mixers])
+        return self.final(h, None).float()
+
+
+class KVCache:
+    """Keys and values (B, H, P, Dh) of the P finished positions per layer, and the last states each
+    neighbour mixer needs, for :meth:`Backbone.extend` (BD3-LM's block-by-block sampling)."""
+
+    def __init__(self) -> None:
+        self.length = 0
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.tails: list[torch.Tensor] = []
+
+    def past(self, layer: int, rows: torch.Tensor | None, h: torch.Tensor, heads: int):
+        """Layer ``layer``'s keys and values for the rows of ``h`` (B, n, D); empty ones at first."""
+        if not self.kv:
+            empty = h.new_zeros(h.shape[0], heads, 0, h.shape[2] // heads)
+            return empty, empty
+        k, v = self.kv[layer]
+        return (k, v) if rows is None else (k[rows], v[rows])
+
+    def tail(self, slot: int, rows: torch.Tensor | None, h: torch.Tensor, left: int) -> torch.Tensor:
+        """Mixer ``slot``'s last ``left`` input states (B, left, D); zeros before the first position."""
+        if not self.tails:
+            return h.new_zeros(h.shape[0], left, h.shape[2])
+        tail = self.tails[slot]
+        return tail if rows is None else tail[rows]
+
+    def store(self, kv: list[tuple[torch.Tensor, torch.Tensor]], states: list[torch.Tensor], lefts: list[int]) -> None:
+        """Keep the keys and values ``kv`` (finished positions included) and each mixer's last states."""
+        olds = self.tails or [s.new_zeros(s.shape[0], left, s.shape[2]) for s, left in zip(states, lefts)]
+        self.tails = [
+            torch.cat((old, new), 1)[:, old.shape[1] + new.shape[1] - left :]
+            for old, new, left in zip(olds, states, lefts)
+        ]
+        self.kv = kv
+        self.length = kv[0][0].shape[2] if kv else self.length

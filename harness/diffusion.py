@@ -13,6 +13,11 @@ Two ways to draw the corruption of a sequence, both of which make the NELBO an e
 
 With K Monte-Carlo samples per sequence the uniforms are stratified over the K samples instead.
 
+**Blocks** (BD3-LM, ``block_size``): the sequence is cut into blocks of ``block_size`` positions
+and each block draws its own t (or mask count) as above; its weight multiplies only its own terms.
+The blocks' uniforms are stratified over batch x blocks (BD3-LM's antithetic draw) for K = 1, over
+the K samples of each row and block otherwise. One block of length L is MDLM's draw, number for number.
+
 Every draw takes one generator, or a list with one generator per row: then each row draws only
 for its own units (its uniforms, then per sample its valid units), so its corruption does not
 depend on the batch it is scored in or on the padding of that batch (the lm-eval adapter).
@@ -149,6 +154,69 @@ def corrupt(
     return z_t, masked, weight, t
 
 
+def block_ids(length: int, block_size: int, device=None) -> torch.Tensor:
+    """(L,) long: the block of each position (blocks of ``block_size``; the last may be shorter)."""
+    return torch.arange(length, device=device) // block_size
+
+
+def block_uniforms(batch: int, blocks: int, k: int, *, generator: Generators, device=None) -> torch.Tensor:
+    """(batch, k, blocks) float64 uniforms. K = 1 with one generator: stratified over the batch x
+    blocks draws in row-major order (BD3-LM's antithetic sampling; MDLM's draw when blocks = 1);
+    otherwise stratified along k for every row and block."""
+    if k == 1 and not _per_row(generator):
+        n = batch * blocks
+        v = torch.rand(n, generator=generator, device=device, dtype=torch.float64)
+        return ((v + torch.arange(n, device=device, dtype=torch.float64)) / n).view(batch, 1, blocks)
+    if _per_row(generator):
+        v = torch.cat(
+            [torch.rand(1, k, blocks, generator=g, device=g.device, dtype=torch.float64).to(device) for g in generator]
+        )
+    else:
+        v = torch.rand(batch, k, blocks, generator=generator, device=device, dtype=torch.float64)
+    return (v + torch.arange(k, device=device, dtype=torch.float64)[:, None]) / k
+
+
+def corrupt_blocks(
+    clean: torch.Tensor,
+    u: torch.Tensor,
+    valid: torch.Tensor,
+    *,
+    block_size: int,
+    sampler: str,
+    schedule,
+    mask_id: int,
+    generator: Generators,
+    t_range: tuple[float, float] = (EPS, 1.0),
+):
+    """One corruption per row with one draw per block, from uniforms ``u`` (B, blocks): returns
+    ``(z_t, masked, weight (B, blocks), t (B, blocks) or None)`` for (B, L) ``clean`` and ``valid``.
+
+    ``sampler="t"``: block b's time t_b = lo + (hi - lo) u_b with ``t_range`` = (lo, hi) (the
+    NELBO's (1e-3, 1); BD3-LM trains on a clipped range), its tokens masked independently with
+    1 - alpha(t_b), weight -alpha'/(1 - alpha) at t_b. ``sampler="n"``: n_b = ceil(N_b u_b) of the
+    N_b valid tokens of block b masked exactly, weight N_b / n_b (0 for a block with none)."""
+    B, L = clean.shape
+    blocks = u.shape[1]
+    ids = block_ids(L, block_size, clean.device)
+    if sampler == "t":
+        lo, hi = t_range
+        t = lo + (hi - lo) * u
+        masked = mask_bernoulli(schedule.mask_prob(t)[:, ids], valid, generator=generator)
+        weight = schedule.weight(t)
+    elif sampler == "n":
+        t = None
+        grid = torch.nn.functional.pad(valid, (0, blocks * block_size - L)).reshape(B * blocks, block_size)
+        n_units = grid.sum(1)
+        n = counts_from_uniform(u.reshape(-1), n_units)
+        gens = [g for g in generator for _ in range(blocks)] if _per_row(generator) else generator
+        masked = mask_exact(n, grid, generator=gens).reshape(B, blocks * block_size)[:, :L]
+        weight = torch.where(n_units > 0, n_units.double() / n.clamp_min(1).double(), 0.0).reshape(B, blocks)
+    else:
+        check_time_sampler(sampler)
+    z_t = torch.where(masked, torch.full_like(clean, mask_id), clean)
+    return z_t, masked, weight, t
+
+
 def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, K[, E]) per-sample estimates -> mean and standard error over K, (B[, E]) (NaN when K = 1)."""
     K = estimates.shape[1]
@@ -169,6 +237,7 @@ def monte_carlo_nelbo(
     num_samples: int,
     generator: Generators,
     time_conditioning: bool = False,
+    block_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The Monte-Carlo NELBO of E estimators from the same corruptions: mean and standard error per
     row, each (B, E) float64 nats (the standard error is NaN for K = 1).
@@ -181,7 +250,24 @@ def monte_carlo_nelbo(
     (B,) times each tensor's sum over L. K = 1 with one generator stratifies the single draw over
     the batch (MDLM's protocol); K > 1, or per-row generators, stratify over the K draws of each
     row. The families' ``nll`` and ``prime.bounds``' Monte-Carlo mode both run this.
+
+    ``block_size`` (BD3-LM, whole tokens (B, L)): one draw per block of that many positions
+    (:func:`corrupt_blocks`, uniforms from :func:`block_uniforms`); a draw's estimate sums each
+    block's weight times the sum of its terms, and ``terms`` gets t = None (the network has no time
+    input).
     """
+    if block_size is not None:
+        return _monte_carlo_blocks(
+            units,
+            valid,
+            terms,
+            schedule=schedule,
+            mask_id=mask_id,
+            sampler=sampler,
+            num_samples=num_samples,
+            generator=generator,
+            block_size=block_size,
+        )
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     batch, device = units.shape[0], units.device
@@ -205,5 +291,45 @@ def monte_carlo_nelbo(
         value = torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)  # (B, E)
         if estimates is None:
             estimates = torch.empty(batch, num_samples, value.shape[-1], dtype=torch.float64, device=device)
+        estimates[:, k] = value
+    return summarize_samples(estimates)
+
+
+def _monte_carlo_blocks(
+    units: torch.Tensor,
+    valid: torch.Tensor,
+    terms: Terms,
+    *,
+    schedule,
+    mask_id: int,
+    sampler: str,
+    num_samples: int,
+    generator: Generators,
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`monte_carlo_nelbo` with one draw per block (its ``block_size`` case)."""
+    if block_size < 1:
+        raise InputError(f"block_size must be >= 1, got {block_size}")
+    batch, length = units.shape
+    blocks = -(-length // block_size)
+    u = block_uniforms(batch, blocks, num_samples, generator=generator, device=units.device)
+    estimates = None
+    for k in range(num_samples):
+        z_t, masked, weight, _ = corrupt_blocks(
+            units,
+            u[:, k],
+            valid,
+            block_size=block_size,
+            sampler=sampler,
+            schedule=schedule,
+            mask_id=mask_id,
+            generator=generator,
+        )
+        out = terms(z_t, None, masked)
+        pad = blocks * block_size - length
+        sums = [torch.nn.functional.pad(o, (0, pad)).view(batch, blocks, block_size).sum(-1) for o in out]
+        value = torch.stack([(weight * s.double()).sum(-1) for s in sums], dim=-1)  # (B, E)
+        if estimates is None:
+            estimates = torch.empty(batch, num_samples, value.shape[-1], dtype=torch.float64, device=units.device)
         estimates[:, k] = value
     return summarize_samples(estimates)

@@ -129,7 +129,9 @@ class Prime(MaskedDiffusion):
     def unit_mask(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens[..., None].expand(*tokens.shape, self.ell)
 
-    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+    def log_probs(
+        self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, L, ell) sub-tokens (mask id = base) -> (B, L, C) restricted joint log-probabilities."""
         logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
         return restricted_log_probs(

@@ -2,7 +2,7 @@
 
 A model family wraps a :class:`~harness.backbone.Backbone` and owns its forward process, training
 loss, likelihood estimators and the facts the rest of the harness asks (:mod:`harness.models.base`).
-Families are registered by name (``arm``, ``mdlm``, ``masked``, ``prime``) and built with
+Families are registered by name (``arm``, ``mdlm``, ``bd3lm``, ``masked``, ``prime``) and built with
 :func:`build_model`::
 
     from harness.models import build_model
@@ -28,7 +28,7 @@ from harness.registry import Registry
 
 MODELS: Registry[type[ModelFamily]] = Registry("model family")
 
-_FAMILY_MODULES = ("baselines.arm", "baselines.mdlm", "baselines.masked", "prime.model")
+_FAMILY_MODULES = ("baselines.arm", "baselines.mdlm", "baselines.bd3lm", "baselines.masked", "prime.model")
 
 
 def _ensure_registered() -> None:

@@ -101,6 +101,9 @@ class ModelFamily(nn.Module):
     autoregressive: ClassVar[bool] = False
     mask_id: int | None = None
     time_conditioning: bool = False
+    #: blocks of this many tokens are sampled one after the other, each given the finished ones
+    #: (BD3-LM, :mod:`harness.sampling.blocks`); None: the sampler draws the whole row at once
+    sampling_block_size: int | None = None
 
     def __init__(self, *, vocab_size: int, seq_len: int, hparams: dict[str, Any]):
         super().__init__()

@@ -156,7 +156,12 @@ class MaskedDiffusion(ModelFamily):
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return torch.where(masked, -true, torch.zeros_like(true))
 
-    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
+    def log_probs(
+        self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, L, C) log p_theta(x_0^i = c | z_t). ``x0``: the clean tokens z_t corrupts, given by the
+        estimators, the training health and the greedy check; only a network that also reads clean
+        tokens uses it (BD3-LM's earlier blocks), the others ignore it."""
         raise NotImplementedError
 
     # -- facts --------------------------------------------------------------------------------
@@ -168,6 +173,11 @@ class MaskedDiffusion(ModelFamily):
         "over the T steps (mdlm_joint_draw_law)"
     )
     samplers: ClassVar[tuple[str, ...]] = ("ancestral", "first-hitting", "maskgit")
+
+    @property
+    def nelbo_block_size(self) -> int | None:
+        """One time (or mask count) per block of this many tokens in the NELBO (BD3-LM); None: one per row."""
+        return None
 
     @property
     def unit_base(self) -> int:
@@ -280,7 +290,7 @@ class MaskedDiffusion(ModelFamily):
                 .float()
                 .to(x0.device)
             )
-        log_p = self.log_probs(z, t, attention_mask)
+        log_p = self.log_probs(z, t, attention_mask, x0)
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return float(-true[masked].double().mean()) if bool(masked.any()) else float("nan")
 
@@ -355,6 +365,7 @@ class MaskedDiffusion(ModelFamily):
             num_samples=num_samples,
             generator=generator,
             time_conditioning=self.time_conditioning,
+            block_size=self.nelbo_block_size,
         )
         count = tokens.sum(-1).double()
         out = [
@@ -378,7 +389,7 @@ class MaskedDiffusion(ModelFamily):
         """One corruption's (B, L) nats per token for each of ``estimators``, from one network call on
         ``z_t`` (the units of ``x0`` with ``masked`` set to the mask id); ``scored`` (B, L) are the
         tokens being scored. Families with a faster fused form (Prime) override this."""
-        log_p = self.log_probs(z_t, t, attention_mask)
+        log_p = self.log_probs(z_t, t, attention_mask, x0)
         return [self.unit_terms(log_p, x0, units, masked, name, scored) for name in estimators]
 
     @torch.no_grad()
@@ -389,7 +400,7 @@ class MaskedDiffusion(ModelFamily):
         units = self.units(x0)
         z = torch.where(self.unit_mask(scored), torch.full_like(units, self.mask_id), units)
         t = torch.ones(x0.shape[0], device=x0.device) if self.time_conditioning else None
-        guess = self.log_probs(z, t, attention_mask).argmax(-1)
+        guess = self.log_probs(z, t, attention_mask, x0).argmax(-1)
         return ((guess == x0) | ~scored).all(-1)
 
 

@@ -136,7 +136,7 @@ def run_ancestral(
         if settings.cache:
             call &= revealing if two_stage else stale
         if bool(call.any()):
-            out = shaped_log_probs(units.log_probs(y[call], t), settings).exp_()  # a fresh tensor: in place
+            out = shaped_log_probs(units.log_probs(y[call], t, call), settings).exp_()  # a fresh tensor: in place
             if bool(call.all()):
                 probs = out  # every row recomputed: no copy into the buffer
             else:

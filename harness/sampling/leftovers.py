@@ -51,7 +51,7 @@ def fill_masked(
     if not bool(rows.any()):
         return y, 0
     y_rows = y[rows]
-    log_p = shaped_log_probs(units.log_probs(y_rows, t), settings)
+    log_p = shaped_log_probs(units.log_probs(y_rows, t, rows), settings)
     nfe[rows] += 1
     x_hat = _draw_tokens(log_p, settings.noise_removal, settings, generator)
     filled = torch.where(masked[rows], units.encode(x_hat), y_rows)
@@ -81,7 +81,7 @@ def resolve_invalid(
     y_rows = y[rows].clone()
     bad = invalid[rows]
     y_rows[bad] = units.mask_id
-    log_p = shaped_log_probs(units.log_probs(y_rows, t), settings)
+    log_p = shaped_log_probs(units.log_probs(y_rows, t, rows), settings)
     nfe[rows] += 1
     x_hat = sample_categorical(
         probs=torch.exp(log_p), method=settings.method, dtype=settings.dtype, generator=generator

@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -38,6 +39,7 @@ from harness.errors import PrimebenchError
 from harness.registry import Registry
 from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
+from harness.sampling.blocks import run_by_blocks
 from harness.sampling.categorical import METHODS, check_nucleus, check_temperature, parse_dtype
 from harness.sampling.maskgit import run_maskgit
 from harness.sampling.settings import DRAWS, NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
@@ -192,7 +194,8 @@ def _settings(
     draw="two-stage",
 ) -> SamplerSettings:
     if spec.uses_steps:
-        steps = int(model.seq_len) if steps is None else _positive_int("steps", steps)
+        default = model.sampling_block_size or model.seq_len  # T per block for block-by-block sampling
+        steps = int(default) if steps is None else _positive_int("steps", steps)
     elif steps is not None:
         raise PrimebenchError(
             f"sampler {spec.name!r} takes one step per generated unit; steps={steps!r} does not apply",
@@ -261,7 +264,8 @@ def generate(
 
     ``model``: a registered family (its ``samplers`` list the names it supports). ``sampler``: a
     registered name, default :func:`sampler_for` (ancestral; autoregressive for the ARM).
-    ``steps``: T for ancestral and maskgit (default L); must be unset for the token-by-token
+    ``steps``: T for ancestral and maskgit (default L; per block, default the block size, for a
+    family sampled block by block, :mod:`harness.sampling.blocks`); must be unset for the token-by-token
     samplers. ``temperature`` (> 0) and ``nucleus_p`` in (0, 1] with ``nucleus_rule`` shape the
     token distribution before each draw. ``dtype``: the precision of every draw; ``method``: that
     of every draw made by :func:`harness.sampling.sample_categorical` (the two-stage draw's tokens
@@ -302,6 +306,9 @@ def generate(
     device = model.device
     gen = _generator(generator, device)
     target = model if spec.name == "autoregressive" else UnitModel(model)
+    run = spec.run
+    if model.sampling_block_size and spec.name != "autoregressive":
+        run, target = partial(run_by_blocks, spec.run), model
 
     was_training = model.training
     model.eval()
@@ -317,7 +324,7 @@ def generate(
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 began = time.perf_counter()
-                batches.append(spec.run(target, rows, settings, gen, rows_prefix))
+                batches.append(run(target, rows, settings, gen, rows_prefix))
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 wall.append(time.perf_counter() - began)
@@ -358,6 +365,8 @@ def generate(
         "seeded": gen is not None,
         "device": str(device),
     }
+    if model.sampling_block_size and spec.name != "autoregressive":
+        protocol["block_size"] = int(model.sampling_block_size)  # steps, NFE and idle steps are per block, summed
     return SampleOutput(
         tokens=tokens, nfe=nfe, idle_steps=idle, steps=steps_done, wall_s=wall_s, stats=stats, protocol=protocol
     )

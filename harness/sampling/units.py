@@ -51,8 +51,10 @@ class UnitModel:
             y[:, : prefix.shape[1]] = self.encode(prefix.to(self.device))
         return y
 
-    def log_probs(self, y: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
+    def log_probs(self, y: torch.Tensor, t: float | torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L, ell) units at time t (a float, or (B,)) -> (B, L, C) log p_theta(x^i = c | y), float32.
+        ``rows`` (bool, the batch's rows): which rows of the batch ``y`` holds, when only some are
+        passed (a view with per-row state, :class:`harness.sampling.blocks.BlockUnits`, needs it).
 
         ``t`` only reaches time-conditioned networks; the others ignore it (their output is exact
         to reuse across steps, which is what makes caching exact).

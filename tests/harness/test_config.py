@@ -8,7 +8,7 @@ from harness.errors import ConfigError
 
 def test_presets_exist_for_every_family():
     names = preset_names()
-    for family in ("arm", "mdlm", "masked", "prime"):
+    for family in ("arm", "mdlm", "bd3lm", "masked", "prime"):
         assert f"tiny/{family}" in names
         assert load_config(f"tiny/{family}").model.family == family
 
@@ -71,7 +71,8 @@ def test_apply_overrides_does_not_mutate():
     [
         ("ell", 2, "prime family"),
         ("carry_over", "false", "prime family"),
-        ("schedule", "linear", "masked, mdlm, prime families"),
+        ("schedule", "linear", "bd3lm, masked, mdlm, prime families"),
+        ("block_size", 4, "bd3lm family"),
         ("time_conditioning", "true", "mdlm, prime families"),
     ],
 )
