@@ -215,7 +215,7 @@ class BD3LM(MaskedDiffusion):
         )
         log_p = self.log_probs(z_t, None, attention_mask, x0)
         nats = self.unit_terms(log_p, x0, x0, masked, self.train_estimator, tokens)
-        per_block = torch.nn.functional.pad(nats, (0, blocks * self.block_size - L)).view(B, blocks, -1).sum(-1)
+        per_block = diffusion.blocked(nats, self.block_size).sum(-1)
         return (weight.to(torch.float32) * per_block).sum() / tokens.sum().clamp_min(1)
 
     # -- block-by-block sampling (harness.sampling.blocks) ----------------------------------------

@@ -159,6 +159,12 @@ def block_ids(length: int, block_size: int, device=None) -> torch.Tensor:
     return torch.arange(length, device=device) // block_size
 
 
+def blocked(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(B, L) -> (B, blocks, block_size), the last block padded with zeros (False for bool)."""
+    blocks = -(-x.shape[1] // block_size)
+    return torch.nn.functional.pad(x, (0, blocks * block_size - x.shape[1])).view(x.shape[0], blocks, block_size)
+
+
 def block_uniforms(batch: int, blocks: int, k: int, *, generator: Generators, device=None) -> torch.Tensor:
     """(batch, k, blocks) float64 uniforms. K = 1 with one generator: stratified over the batch x
     blocks draws in row-major order (BD3-LM's antithetic sampling; MDLM's draw when blocks = 1);
@@ -205,7 +211,7 @@ def corrupt_blocks(
         weight = schedule.weight(t)
     elif sampler == "n":
         t = None
-        grid = torch.nn.functional.pad(valid, (0, blocks * block_size - L)).reshape(B * blocks, block_size)
+        grid = blocked(valid, block_size).reshape(B * blocks, block_size)
         n_units = grid.sum(1)
         n = counts_from_uniform(u.reshape(-1), n_units)
         gens = [g for g in generator for _ in range(blocks)] if _per_row(generator) else generator
@@ -256,80 +262,47 @@ def monte_carlo_nelbo(
     block's weight times the sum of its terms, and ``terms`` gets t = None (the network has no time
     input).
     """
-    if block_size is not None:
-        return _monte_carlo_blocks(
-            units,
-            valid,
-            terms,
-            schedule=schedule,
-            mask_id=mask_id,
-            sampler=sampler,
-            num_samples=num_samples,
-            generator=generator,
-            block_size=block_size,
-        )
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     batch, device = units.shape[0], units.device
-    if num_samples == 1 and not _per_row(generator):
-        u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
+    if block_size is None:
+        if num_samples == 1 and not _per_row(generator):
+            u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
+        else:
+            u = stratified_uniform(batch, num_samples, generator=generator, device=device)
+
+        def draw(k: int) -> torch.Tensor:
+            z_t, masked, weight, t = corrupt(
+                units,
+                u[:, k],
+                valid,
+                sampler=sampler,
+                schedule=schedule,
+                mask_id=mask_id,
+                generator=generator,
+                time_conditioning=time_conditioning,
+            )
+            out = terms(z_t, None if t is None else t.float(), masked)
+            return torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)  # (B, E)
+
     else:
-        u = stratified_uniform(batch, num_samples, generator=generator, device=device)
-    estimates = None
-    for k in range(num_samples):
-        z_t, masked, weight, t = corrupt(
-            units,
-            u[:, k],
-            valid,
-            sampler=sampler,
-            schedule=schedule,
-            mask_id=mask_id,
-            generator=generator,
-            time_conditioning=time_conditioning,
-        )
-        out = terms(z_t, None if t is None else t.float(), masked)
-        value = torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)  # (B, E)
-        if estimates is None:
-            estimates = torch.empty(batch, num_samples, value.shape[-1], dtype=torch.float64, device=device)
-        estimates[:, k] = value
-    return summarize_samples(estimates)
+        if block_size < 1:
+            raise InputError(f"block_size must be >= 1, got {block_size}")
+        blocks = -(-units.shape[1] // block_size)
+        u = block_uniforms(batch, blocks, num_samples, generator=generator, device=device)
 
+        def draw(k: int) -> torch.Tensor:
+            z_t, masked, weight, _ = corrupt_blocks(
+                units,
+                u[:, k],
+                valid,
+                block_size=block_size,
+                sampler=sampler,
+                schedule=schedule,
+                mask_id=mask_id,
+                generator=generator,
+            )
+            out = terms(z_t, None, masked)
+            return torch.stack([(weight * blocked(o, block_size).sum(-1).double()).sum(-1) for o in out], dim=-1)
 
-def _monte_carlo_blocks(
-    units: torch.Tensor,
-    valid: torch.Tensor,
-    terms: Terms,
-    *,
-    schedule,
-    mask_id: int,
-    sampler: str,
-    num_samples: int,
-    generator: Generators,
-    block_size: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`monte_carlo_nelbo` with one draw per block (its ``block_size`` case)."""
-    if block_size < 1:
-        raise InputError(f"block_size must be >= 1, got {block_size}")
-    batch, length = units.shape
-    blocks = -(-length // block_size)
-    u = block_uniforms(batch, blocks, num_samples, generator=generator, device=units.device)
-    estimates = None
-    for k in range(num_samples):
-        z_t, masked, weight, _ = corrupt_blocks(
-            units,
-            u[:, k],
-            valid,
-            block_size=block_size,
-            sampler=sampler,
-            schedule=schedule,
-            mask_id=mask_id,
-            generator=generator,
-        )
-        out = terms(z_t, None, masked)
-        pad = blocks * block_size - length
-        sums = [torch.nn.functional.pad(o, (0, pad)).view(batch, blocks, block_size).sum(-1) for o in out]
-        value = torch.stack([(weight * s.double()).sum(-1) for s in sums], dim=-1)  # (B, E)
-        if estimates is None:
-            estimates = torch.empty(batch, num_samples, value.shape[-1], dtype=torch.float64, device=units.device)
-        estimates[:, k] = value
-    return summarize_samples(estimates)
+    return summarize_samples(torch.stack([draw(k) for k in range(num_samples)], dim=1))  # (B, K, E)
