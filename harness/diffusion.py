@@ -270,8 +270,14 @@ def monte_carlo_nelbo(
             u = batch_stratified_uniform(batch, generator=generator, device=device)[:, None]
         else:
             u = stratified_uniform(batch, num_samples, generator=generator, device=device)
-
-        def draw(k: int) -> torch.Tensor:
+    else:
+        if block_size < 1:
+            raise InputError(f"block_size must be >= 1, got {block_size}")
+        blocks = -(-units.shape[1] // block_size)
+        u = block_uniforms(batch, blocks, num_samples, generator=generator, device=device)
+    draws = []
+    for k in range(num_samples):
+        if block_size is None:
             z_t, masked, weight, t = corrupt(
                 units,
                 u[:, k],
@@ -283,15 +289,8 @@ def monte_carlo_nelbo(
                 time_conditioning=time_conditioning,
             )
             out = terms(z_t, None if t is None else t.float(), masked)
-            return torch.stack([weight.double() * o.sum(-1).double() for o in out], dim=-1)  # (B, E)
-
-    else:
-        if block_size < 1:
-            raise InputError(f"block_size must be >= 1, got {block_size}")
-        blocks = -(-units.shape[1] // block_size)
-        u = block_uniforms(batch, blocks, num_samples, generator=generator, device=device)
-
-        def draw(k: int) -> torch.Tensor:
+            estimates = [weight.double() * o.sum(-1).double() for o in out]
+        else:
             z_t, masked, weight, _ = corrupt_blocks(
                 units,
                 u[:, k],
@@ -303,6 +302,6 @@ def monte_carlo_nelbo(
                 generator=generator,
             )
             out = terms(z_t, None, masked)
-            return torch.stack([(weight * blocked(o, block_size).sum(-1).double()).sum(-1) for o in out], dim=-1)
-
-    return summarize_samples(torch.stack([draw(k) for k in range(num_samples)], dim=1))  # (B, K, E)
+            estimates = [(weight * blocked(o, block_size).sum(-1).double()).sum(-1) for o in out]
+        draws.append(torch.stack(estimates, dim=-1))  # (B, E)
+    return summarize_samples(torch.stack(draws, dim=1))  # (B, K, E)
