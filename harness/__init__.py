@@ -11,9 +11,11 @@ def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None =
     ``mdlm-hf:PATH`` / ``mdlm-ckpt:FILE`` (a published MDLM checkpoint in the HF layout or as
     Lightning ``.ckpt``, evaluated as MDLM; ``ema`` picks the EMA weights of a ``.ckpt``), or from
     ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, evaluated as Prime), or from
-    ``ar-ckpt:FILE`` (the releases' autoregressive baseline, evaluated as the ARM). ``tokenizer``
+    ``ar-ckpt:FILE`` (the releases' autoregressive baseline, evaluated as the ARM), or from
+    ``bd3lm-hf:PATH`` / ``bd3lm-ckpt:FILE`` (a published BD3-LM, evaluated as bd3lm). ``tokenizer``
     names the tokenizer of a release checkpoint that has no tokenizer files beside it."""
     from harness.checkpoint import load_checkpoint
+    from harness.models.bd3lm_import import LOADERS as BD3LM_LOADERS
     from harness.models.hf_causal import hf_arm, is_hf_source
     from harness.models.mdlm_import import LOADERS
     from harness.models.sources import check_source
@@ -26,7 +28,7 @@ def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None =
 
     if is_transfer_folder(source):  # written by `primebench import` / `primebench export`
         return load_transfer_folder(source, ema=ema, device=device)
-    for prefix, loader in LOADERS.items():
+    for prefix, loader in (LOADERS | BD3LM_LOADERS).items():
         if source.startswith(prefix):
             return loader(source, ema=ema, device=device, tokenizer=tokenizer)
 

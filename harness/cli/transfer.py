@@ -12,7 +12,7 @@ from harness.cli.options import command, ema_option, option, out_option
 @click.option(
     "--source-format",
     "fmt",
-    type=click.Choice(["mdlm-hf", "mdlm-ckpt", "prime-ckpt", "ar-ckpt", "hf-causal"]),
+    type=click.Choice(["mdlm-hf", "mdlm-ckpt", "prime-ckpt", "ar-ckpt", "bd3lm-hf", "bd3lm-ckpt", "hf-causal"]),
     default=None,
     help="Layout of SOURCE [default: from its prefix, e.g. mdlm-ckpt:FILE].",
 )

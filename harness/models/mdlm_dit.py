@@ -76,7 +76,19 @@ class _Block(nn.Module):
         if cond_dim is not None:
             self.adaLN_modulation = nn.Linear(cond_dim, 6 * dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        c: torch.Tensor | None,
+        attn_mask: torch.Tensor | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """-> (the block's output, the rotated keys and the values (B, H, P + L, d) it attended to).
+        ``attn_mask`` (L, L) bool: True where a query may attend to a key (None: all, or the past
+        under ``causal``). ``past``: keys and values of P finished positions before these L, which
+        every one of them sees (BD3-LM's cache; ``cos``/``sin`` are then those of the L new positions)."""
         B, L, D = x.shape
         if c is None:
             h = self.norm1(x)
@@ -85,13 +97,17 @@ class _Block(nn.Module):
             h = _modulate(self.norm1(x), shift1, scale1)
         qkv = self.attn_qkv(h).view(B, L, 3, self.n_heads, D // self.n_heads)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, d)
-        q, k = _rotate(q.float(), cos, sin), _rotate(k.float(), cos, sin)
-        attn = F.scaled_dot_product_attention(q, k, v.float(), is_causal=self.causal).transpose(1, 2).reshape(B, L, D)
+        q, k, v = _rotate(q.float(), cos, sin), _rotate(k.float(), cos, sin), v.float()
+        if past is not None:
+            k, v = torch.cat((past[0], k), 2), torch.cat((past[1], v), 2)
+        causal = self.causal and attn_mask is None and past is None
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+        attn = attn.transpose(1, 2).reshape(B, L, D)
         if c is None:
             x = x + self.attn_out(attn)
-            return x + self.mlp(self.norm2(x))
+            return x + self.mlp(self.norm2(x)), (k, v)
         x = x + gate1 * self.attn_out(attn)
-        return x + gate2 * self.mlp(_modulate(self.norm2(x), shift2, scale2))
+        return x + gate2 * self.mlp(_modulate(self.norm2(x), shift2, scale2)), (k, v)
 
 
 class _Final(nn.Module):
@@ -158,17 +174,48 @@ class MDLMDiT(nn.Module):
         self.output_layer = _Final(hidden_dim, vocab_out or vocab_size, cond)
         self.register_buffer("inv_freq", 1.0 / 10_000 ** (torch.arange(0, head, 2).float() / head), persistent=False)
 
-    def forward(self, ids: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        sigma: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, L) ids -> (B, L, V) logits. ``attn_mask`` (L, L) bool restricts attention (BD3-LM's
+        block layouts); ``positions`` (L,) are the rotary positions (default 0 .. L-1; BD3-LM's
+        training layout repeats 0 .. n-1 over its noisy and clean halves)."""
+        return self._run(ids, sigma, attn_mask=attn_mask, positions=positions)[0]
+
+    def extend(self, ids: torch.Tensor, sigma: torch.Tensor | None, cache, *, rows=None, store: bool = False):
+        """Logits (B, n, V) of n new positions after the ``cache``'s finished ones (a
+        :class:`harness.backbone.KVCache`), attending to all of them and to each other: a forward
+        pass over the whole sequence under a block-causal mask whose last block is the new one.
+        ``rows`` (bool) picks the cache rows these inputs belong to; ``store`` appends the new
+        positions to the cache."""
+        start = cache.length
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        logits, kv = self._run(ids, sigma, positions=positions, cache=cache, rows=rows)
+        if store:
+            cache.store(kv, [], [])
+        return logits
+
+    def _run(self, ids, sigma, *, attn_mask=None, positions=None, cache=None, rows=None):
         x = self.vocab_embed(ids).float()
         if self.ell > 1:  # (B, L, ell, D / ell) -> (B, L, D)
             x = x.reshape(ids.shape[0], ids.shape[1], -1)
         c = None if self.causal else F.silu(self.sigma_map(sigma))
-        angles = torch.arange(ids.shape[1], device=ids.device, dtype=torch.float32)[:, None] * self.inv_freq[None]
+        if positions is None:
+            positions = torch.arange(ids.shape[1], device=ids.device)
+        angles = positions.to(torch.float32)[:, None] * self.inv_freq[None]
         angles = torch.cat([angles, angles], dim=-1)  # (L, d): frequencies over both halves
         cos, sin = angles.cos(), angles.sin()
-        for block in self.blocks:
-            x = block(x, cos, sin, c)
-        return self.output_layer(x, c).float()
+        kv = []
+        for i, block in enumerate(self.blocks):
+            past = None if cache is None else cache.past(i, rows, x, block.n_heads)
+            x, block_kv = block(x, cos, sin, c, attn_mask, past)
+            kv.append(block_kv)
+        return self.output_layer(x, c).float(), kv
 
 
 __all__ = ["MDLMDiT"]

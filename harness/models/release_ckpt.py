@@ -5,7 +5,7 @@ strictly, the tokenizer of a release, and the config that describes the loaded m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,12 +26,14 @@ def _sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
 class ReleaseCkpt:
     """What an import reads from a release's Lightning checkpoint: the backbone's weights (keys
     without ``backbone.``), the Hydra config as plain data, the EMA ``shadow_params`` (None for raw
-    weights) and the tokenizer pickled in the hyper-parameters, as its ``tokenizers`` JSON (or None)."""
+    weights), the tokenizer pickled in the hyper-parameters, as its ``tokenizers`` JSON (or None), and
+    ``extras``: the checkpoint's other top-level scalars (BD3-LM's ``sampling_eps_min`` / ``_max``)."""
 
     state: dict
     config: dict
     shadow: list | None
     tokenizer_json: str | None
+    extras: dict = field(default_factory=dict)
 
 
 def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> ReleaseCkpt:
@@ -64,8 +66,17 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> Relea
                 f"{str(path)!r} holds no EMA weights (ema.shadow_params)", fix="load the raw weights with ema=False"
             )
     saved = saved_tokenizer_json(raw_hp.get("tokenizer")) if isinstance(raw_hp, dict) else None
+    extras = {
+        k: v
+        for k, v in blob.items()
+        if (isinstance(v, torch.Tensor) and v.dim() == 0) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+    }
     return ReleaseCkpt(
-        state=state, config=config if isinstance(config, dict) else {}, shadow=shadow, tokenizer_json=saved
+        state=state,
+        config=config if isinstance(config, dict) else {},
+        shadow=shadow,
+        tokenizer_json=saved,
+        extras=extras,
     )
 
 
@@ -167,14 +178,17 @@ def _finish(
     from harness.config import Config, DataConfig
 
     tokenizer = tokenizer if tokenizer is not None else _tokenizer(tokenizer_folder, C)
+    from dataclasses import fields
+
+    known = {f.name for f in fields(config_class)}
+    time_keys = {"time_conditioning": time_conditioning, "cond_dim": shape["cond_dim"]}
     cfg = Config(
         model=config_class(
             family=model.family,
             d_model=shape["hidden_dim"],
             n_layers=shape["n_blocks"],
             n_heads=shape["n_heads"],
-            time_conditioning=time_conditioning,
-            cond_dim=shape["cond_dim"],
+            **{k: v for k, v in time_keys.items() if k in known},
             **model_keys,
         ),
         data=DataConfig(tokenizer=tokenizer.spec, seq_len=shape["model_length"]),

@@ -18,7 +18,9 @@ from typing import Any
 
 from harness.errors import CheckpointError
 
-PREFIXES = ("hf:", "mdlm-hf:", "mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:")
+PREFIXES = ("hf:", "mdlm-hf:", "mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:", "bd3lm-hf:", "bd3lm-ckpt:")
+#: the prefixes of Lightning checkpoint files, which their loaders check themselves
+CKPT_PREFIXES = ("mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:", "bd3lm-ckpt:")
 
 #: what the file or folder that each prefix loads is ("" is our own checkpoint folder)
 WHAT = {
@@ -29,11 +31,14 @@ WHAT = {
     "mdlm-ckpt:": "an MDLM Lightning checkpoint (or MDM-Prime's with ell = 1), which loads with mdlm-ckpt:",
     "prime-ckpt:": "an MDM-Prime checkpoint (prime.target_length = ell > 1), which loads with prime-ckpt:",
     "ar-ckpt:": "the releases' autoregressive baseline (backbone: ar, no adaLN), which loads with ar-ckpt:",
+    "bd3lm-hf:": "a BD3-LM release in the Hugging Face layout (config.json with block_size, hidden_dim, ...), "
+    "which loads with bd3lm-hf:",
+    "bd3lm-ckpt:": "a BD3-LM Lightning checkpoint (algo.name: bd3lm), which loads with bd3lm-ckpt:",
 }
 
 
-#: ``model_type`` values of the MDLM release's HF ``config.json`` (kuleshov-group/mdlm-owt)
-RELEASE_MODEL_TYPES = frozenset({"mdlm"})
+#: ``model_type`` values of the releases' HF ``config.json`` (kuleshov-group/mdlm-owt, bd3lm-owt-*)
+RELEASE_MODEL_TYPES = {"mdlm": "mdlm-hf:", "bd3lm": "bd3lm-hf:"}
 
 
 def split_source(source: str) -> tuple[str, str]:
@@ -44,8 +49,14 @@ def split_source(source: str) -> tuple[str, str]:
 
 def ckpt_prefix(state: dict[str, Any], config: dict[str, Any]) -> str:
     """The prefix of a release checkpoint, from its ``backbone.*`` keys (without ``backbone.``) and
-    its Hydra config: the AR baseline has no adaLN / sigma_map (and ``backbone: ar``); a diffusion
-    checkpoint is MDM-Prime's when ``prime.target_length`` > 1, else MDLM's layout."""
+    its Hydra config: BD3-LM's says ``algo.name: bd3lm``; the AR baseline has no adaLN / sigma_map
+    (and ``backbone: ar``); a diffusion checkpoint is MDM-Prime's when ``prime.target_length`` > 1,
+    else MDLM's layout."""
+    from harness.models.bd3lm_import import RELEASE_ALGO
+
+    algo = config.get("algo") if isinstance(config.get("algo"), dict) else {}
+    if algo.get("name") == RELEASE_ALGO:
+        return "bd3lm-ckpt:"
     if config.get("backbone") == "ar" or not any(k.startswith(("sigma_map.", "blocks.0.adaLN")) for k in state):
         return "ar-ckpt:"
     prime = config.get("prime") if isinstance(config.get("prime"), dict) else {}
@@ -67,6 +78,7 @@ def folder_prefixes(folder: Path) -> tuple[str, ...] | None:
     """The prefixes a folder loads with (the first is the one to suggest); None when unknown.
 
     Folders written by ``primebench import`` / ``export`` are left to their loader (None)."""
+    from harness.models.bd3lm_import import CONFIG_KEYS as BD3LM_KEYS
     from harness.models.mdlm_import import CONFIG_KEYS
     from harness.models.transfer import is_transfer_folder
 
@@ -80,7 +92,11 @@ def folder_prefixes(folder: Path) -> tuple[str, ...] | None:
         return None  # the loader reports a damaged config.json
     if not isinstance(config, dict):
         return None
-    if config.get("model_type") in RELEASE_MODEL_TYPES or all(k in config for k in CONFIG_KEYS):
+    if config.get("model_type") in RELEASE_MODEL_TYPES:
+        return (RELEASE_MODEL_TYPES[config["model_type"]],)
+    if all(k in config for k in BD3LM_KEYS):
+        return ("bd3lm-hf:",)
+    if all(k in config for k in CONFIG_KEYS):
         return ("mdlm-hf:",)
     if "model_type" in config or "architectures" in config:
         return ("hf:",)
@@ -112,7 +128,7 @@ def check_source(source: str) -> None:
     path = Path(body.partition("#")[0] if used == "hf:" else body).expanduser()
     if path.is_dir():
         fits = folder_prefixes(path)
-    elif path.is_file() and used not in ("mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:"):
+    elif path.is_file() and used not in CKPT_PREFIXES:
         right = file_prefix(path)
         fits = None if right is None else (right,)
     else:
@@ -131,6 +147,7 @@ def _wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
 
 
 __all__ = [
+    "CKPT_PREFIXES",
     "PREFIXES",
     "check_ckpt_prefix",
     "check_source",

@@ -1,10 +1,11 @@
 """``primebench import`` and ``primebench export``: checkpoints in and out of the harness.
 
 :func:`import_checkpoint` converts a published checkpoint (``mdlm-hf:``, ``mdlm-ckpt:``,
-``prime-ckpt:``, ``hf:``) into a folder of safetensors weights, a ``config.json`` and a tokenizer,
-which every command then takes as a plain path: a pickled ``.ckpt`` is read once, safely, and never
-again. The folder's ``config.json`` holds ``primebench_import`` (format, source, EMA or raw) and the
-network's shape. :func:`export_checkpoint` writes one of our own checkpoints as an HF-style folder
+``prime-ckpt:``, ``ar-ckpt:``, ``bd3lm-hf:``, ``bd3lm-ckpt:``, ``hf:``) into a folder of
+safetensors weights, a ``config.json`` and a tokenizer, which every command then takes as a plain
+path: a pickled ``.ckpt`` is read once, safely, and never again. The folder's ``config.json`` holds
+``primebench_import`` (format, source, EMA or raw) and the network's shape.
+:func:`export_checkpoint` writes one of our own checkpoints as an HF-style folder
 (``model.safetensors`` + ``config.json`` with the resolved config), which :func:`harness.load`
 reads back to the same log-probabilities.
 """
@@ -22,6 +23,8 @@ FORMATS = {
     "mdlm-ckpt": "mdlm-ckpt:",
     "prime-ckpt": "prime-ckpt:",
     "ar-ckpt": "ar-ckpt:",
+    "bd3lm-hf": "bd3lm-hf:",
+    "bd3lm-ckpt": "bd3lm-ckpt:",
     "hf-causal": "hf:",
 }
 IMPORT_KEY = "primebench_import"
@@ -74,13 +77,15 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokeniz
         "vocab_size": int(dit.vocab_embed.embedding.shape[0]),
         "model_length": cfg.data.seq_len,
         "hidden_dim": cfg.model.d_model,
-        "cond_dim": getattr(cfg.model, "cond_dim", 0),
+        "cond_dim": int(dit.sigma_map.mlp[0].out_features) if hasattr(dit, "sigma_map") else 0,
         "n_blocks": cfg.model.n_layers,
         "n_heads": cfg.model.n_heads,
         "time_conditioning": bool(getattr(model, "time_conditioning", False)),
     }
     if dit.causal:
         shape.update(causal=True)
+    elif getattr(model, "nelbo_block_size", None) is not None:  # BD3-LM: its block size and training range
+        shape.update(bd3lm={"block_size": model.block_size, "train_clip": list(model.train_clip)})
     elif model.units_per_token > 1:
         shape.update(
             prime={"ell": model.ell, "base": model.base, "carry_over": model.carry_over}, vocab_out=model.vocab_size
@@ -117,6 +122,7 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
     from safetensors.torch import load_file
 
     from harness.data import load_tokenizer
+    from harness.models.bd3lm_import import build_bd3lm
     from harness.models.mdlm_import import build_ar, build_mdlm, build_prime, load_dit
     from harness.models.release_config import config_flag, config_size
 
@@ -156,6 +162,15 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
         )
         carry_over = config_flag(prime, "carry_over", where=where, default=True, label="prime.carry_over")
         return build_prime(state, shape=shape, carry_over=carry_over, **common)
+    if "bd3lm" in doc:
+        block = doc["bd3lm"] if isinstance(doc["bd3lm"], dict) else {}
+        shape.update(block_size=config_size(block, "block_size", where=where, label="bd3lm.block_size"))
+        clip = block.get("train_clip", [1e-3, 1.0])
+        if not (isinstance(clip, list) and len(clip) == 2 and all(isinstance(v, (int, float)) for v in clip)):
+            raise CheckpointError(f"{where}: bd3lm.train_clip is {clip!r}", fix="import the checkpoint again")
+        common.pop("time_conditioning")
+        common.pop("tokenizer_folder")
+        return build_bd3lm(state, shape=shape, clip=(float(clip[0]), float(clip[1])), extra_keys=[], **common)
     return build_mdlm(state, shape=shape, extra_keys=[], **common)
 
 
