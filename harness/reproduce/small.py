@@ -2,7 +2,7 @@
 minutes on a 2-core CPU; the measured wall time is in results/small/README.md), with the valid bound
 and the paper objective side by side.
 
-ARM, MDLM, the masked model and MDM-Prime (ell = 2, 4) with the ``small/`` configs (one backbone,
+ARM, BD3-LM (blocks of 8), MDLM, the masked model and MDM-Prime (ell = 2, 4) with the ``small/`` configs (one backbone,
 tokenizer, data and token budget), then: perplexity with both estimators and K Monte-Carlo samples
 (exact / valid bound / paper objective), Gen PPL with entropy in float64 under the offline judge,
 zero-shot on the local tasks, and the idle steps measured on the real models' samples (NFE of the
@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.errors import InputError
 
-MODELS = ("arm", "mdlm", "masked", "prime2", "prime4")
+MODELS = ("arm", "bd3lm", "mdlm", "masked", "prime2", "prime4")
 PPL = dict(estimator="both", batch_size=32, mc_samples=4, seed=0)
 GENPPL = dict(samples=32, batch_size=16, method="gumbel", seed=0)
 ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=8, batch_size=32, limit=None, seed=0)
@@ -63,29 +63,38 @@ def run_small(
     max_rows: int | None = None,
     samples: int = GENPPL["samples"],
     seeds: int = 1,
+    models=None,
 ) -> SmallRecords:
     """Train (or reuse) the ``small/`` models under ``out`` and compute (or reuse) every record.
 
     ``seeds``: training seeds per family (0 .. seeds-1, :mod:`harness.reproduce.seeds`); seed 0 is the
     one-seed run's stages, so adding seeds to a finished run trains only the new ones. Every seed is
-    evaluated with the same settings and evaluation seed."""
+    evaluated with the same settings and evaluation seed.
+
+    ``models``: the job's models to train and evaluate (default: all of :data:`MODELS`); the records
+    of its other models already in ``OUT/records`` (an earlier run of the job, kept whole) are read
+    back into the tables (:func:`kept_records`)."""
     from harness.judges import check_judge_spec
     from harness.logging import console, progress
     from harness.reproduce.quickstart import text_stages
     from harness.reproduce.report import write_small_report
-    from harness.reproduce.seeds import seed_name
+    from harness.reproduce.seeds import base_name, seed_name
     from harness.reproduce.stages import Stages
 
     check_judge_spec(judge)
+    chosen = tuple(MODELS if models is None else models)
+    unknown = sorted(set(chosen) - set(MODELS))
+    if unknown or not chosen:
+        raise InputError(f"unknown models {unknown} for reproduce small", fix=f"choose from {', '.join(MODELS)}")
     out = Path(out)
     cfgs = small_configs(seeds, steps)
     zeroshot = dict(ZEROSHOT, limit=max_rows)
     with progress() as bar:
         stages = Stages(out, force=force, bar=bar, log=console().log)
-        stages.task = bar.add_task("reproduce small", total=len(cfgs) * 4, loss=float("nan"), tps=0.0)
+        stages.task = bar.add_task("reproduce small", total=len(chosen) * seeds * 4, loss=float("nan"), tps=0.0)
         ppl, genppl, zs = [], [], []
         for seed in range(seeds):  # each seed trained and evaluated before the next: a stopped run keeps them
-            group = {seed_name(name, seed): cfgs[seed_name(name, seed)] for name in MODELS}
+            group = {seed_name(name, seed): cfgs[seed_name(name, seed)] for name in chosen}
             for name, cfg in group.items():
                 stages.train(name, cfg)
             records = text_stages(
@@ -100,9 +109,41 @@ def run_small(
             )
             for into, got in zip((ppl, genppl, zs), records):
                 into.extend(got)
+    ran = {cfg.name for name, cfg in cfgs.items() if base_name(name) in chosen}
+    others = {cfg.name for cfg in cfgs.values()} - ran
+    ppl, genppl, zs = (got + kept_records(out, kind, others) for got, kind in zip((ppl, genppl, zs), KINDS))
     result = SmallRecords(out=out, ppl=ppl, genppl=genppl, zeroshot=zs, seeds=seeds)
     write_small_report(result)
     return result
 
 
-__all__ = ["GENPPL", "MODELS", "PPL", "SmallRecords", "ZEROSHOT", "run_small", "small_configs"]
+#: the evaluations of the job, in the order of SmallRecords' lists
+KINDS = ("ppl", "genppl", "zeroshot")
+
+
+def kept_records(out: Path, kind: str, names) -> list[dict[str, Any]]:
+    """The ``kind`` records (``ppl``, ``genppl``, ``zeroshot``; Gen PPL in float64 only) in
+    ``OUT/records`` of the models named ``names`` (config names, e.g. ``small-arm``), one per model
+    and training seed (the newest file when there are several), in name and seed order. Unreadable
+    files are skipped."""
+    import json
+
+    found: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
+    for path in sorted((Path(out) / "records").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("evaluation") != kind:
+            continue
+        name = record.get("model", {}).get("name")
+        if name not in names or (kind == "genppl" and record.get("protocol", {}).get("dtype") != "float64"):
+            continue
+        key = (name, int(record["model"].get("config", {}).get("seed", 0)))
+        stamp = path.stat().st_mtime
+        if key not in found or stamp > found[key][0]:
+            found[key] = (stamp, record)
+    return [found[key][1] for key in sorted(found)]
+
+
+__all__ = ["GENPPL", "KINDS", "MODELS", "kept_records", "PPL", "SmallRecords", "ZEROSHOT", "run_small", "small_configs"]

@@ -26,9 +26,9 @@ def test_quickstart_smoke_run_and_skip_on_rerun(trained, tmp_path):
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     records = sorted(p.name for p in (out / "records").glob("*.json"))
-    # ppl x5, genppl x5 x2 dtypes, zeroshot x5, idle x2, bound, precision, gumbel, digits bpd x2 + fid x2
-    assert len(records) == 5 + 10 + 5 + 2 + 1 + 1 + 1 + 4
-    assert len(list((out / "stages").glob("*.json"))) == stage_count() == len(records) + 7
+    # ppl x6, genppl x6 x2 dtypes, zeroshot x6, idle x2, bound, precision, gumbel, digits bpd x2 + fid x2
+    assert len(records) == 6 + 12 + 6 + 2 + 1 + 1 + 1 + 4
+    assert len(list((out / "stages").glob("*.json"))) == stage_count() == len(records) + 8
     for text in (
         "Perplexity",
         "paper objective",

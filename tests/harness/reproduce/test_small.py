@@ -43,7 +43,7 @@ def test_idle_table_measures_isr_from_nfe_of_cached_ancestral_samples():
 def test_small_configs_share_backbone_tokenizer_and_budget():
     from harness.config import load_config
 
-    cfgs = [load_config(f"small/{m}") for m in ("arm", "mdlm", "masked", "prime2", "prime4")]
+    cfgs = [load_config(f"small/{m}") for m in ("arm", "mdlm", "masked", "prime2", "prime4", "bd3lm")]
     assert (
         len(
             {
@@ -53,7 +53,7 @@ def test_small_configs_share_backbone_tokenizer_and_budget():
         )
         == 1
     )
-    assert [getattr(c.model, "ell", None) for c in cfgs][3:] == [2, 4]
+    assert [getattr(c.model, "ell", None) for c in cfgs][3:5] == [2, 4] and cfgs[5].model.block_size == 8
 
 
 @pytest.mark.slow
@@ -82,5 +82,44 @@ def test_small_smoke_run(trained, tmp_path):
     tables = (out / "tables.md").read_text()
     assert "paper objective against the valid bound" in tables and "Perplexity over training seeds" in tables
     assert "Differences between models against the seed spread" in tables
-    assert len(list((out / "records").glob("*.json"))) == 2 * 5 * 3
+    assert len(list((out / "records").glob("*.json"))) == 2 * 6 * 3
     assert (out / "mdlm-seed1").is_dir()
+    (out / "tables.md").unlink()
+    res = CliRunner().invoke(
+        main,
+        ["reproduce", "small", "--out", str(out), "--train-steps", "1", "--max-rows", "2", "--samples", "2"]
+        + ["--judge", f"arm:{trained('arm')}", "--models", "bd3lm"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "small-mdlm" in (out / "tables.md").read_text()  # the other models' records stay in the tables
+
+
+def test_kept_records_reads_one_record_per_model_and_seed_of_a_kind(tmp_path):
+    """The committed small records: one per named model, Gen PPL in float64 only, other names left out."""
+    import json
+    import os
+    import shutil
+    from pathlib import Path
+
+    from harness.reproduce.small import kept_records
+
+    committed = Path(__file__).resolve().parents[3] / "results" / "small" / "records"
+    shutil.copytree(committed, tmp_path / "records")
+    ppl = kept_records(tmp_path, "ppl", {"small-mdlm", "small-arm", "small-none"})
+    assert [r["model"]["name"] for r in ppl] == ["small-arm", "small-mdlm"]
+    gen = kept_records(tmp_path, "genppl", {"small-prime2"})
+    assert len(gen) == 1 and gen[0]["protocol"]["dtype"] == "float64"
+    newer = json.loads((tmp_path / "records" / "ppl-mdlm.json").read_text())
+    newer["metrics"]["nll"]["value"] = 1.0
+    (tmp_path / "records" / "ppl-mdlm-again.json").write_text(json.dumps(newer))
+    os.utime(tmp_path / "records" / "ppl-mdlm-again.json", (2e9, 2e9))
+    newer["model"]["config"]["seed"] = 1
+    (tmp_path / "records" / "ppl-mdlm-seed1.json").write_text(json.dumps(newer))
+    (tmp_path / "records" / "torn.json").write_text("{")
+    got = kept_records(tmp_path, "ppl", {"small-mdlm"})
+    assert [(r["model"]["config"]["seed"], r["metrics"]["nll"]["value"]) for r in got] == [(0, 1.0), (1, 1.0)]
+
+
+def test_reproduce_small_refuses_an_unknown_model():
+    res = CliRunner().invoke(main, ["reproduce", "small", "--models", "mdlm,gpt", "--out", "unused"])
+    assert res.exit_code == 2 and "unknown model 'gpt'" in res.output and "bd3lm" in res.output
