@@ -191,9 +191,9 @@ class BD3LM(MaskedDiffusion):
         positions = torch.arange(L, device=z_t.device).repeat(2)
         keys = None if attention_mask is None else torch.cat((attention_mask, attention_mask), 1)
         logits = self.backbone(
-            torch.cat((z_t, x0), 1), None, keys, attn_mask=mask, positions=positions, mixer_sources=sources
+            torch.cat((z_t, x0), 1), None, keys, attn_mask=mask, positions=positions, mixer_sources=sources, outputs=L
         )
-        return subs_log_probs(logits[:, :L], z_t, self.mask_id)
+        return subs_log_probs(logits, z_t, self.mask_id)
 
     def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
         """Per-token training loss: one t per block in the clipped range, stratified over batch x blocks."""

@@ -120,8 +120,13 @@ class NeighbourMixer(nn.Module):
         x = h if keep is None else h * keep[..., None].to(h.dtype)
         if sources is not None:
             padded = F.pad(x, (0, 0, 0, 1))  # row L is zero: where source -1 points
-            picked = padded[:, sources.masked_fill(sources < 0, x.shape[1])]  # (B, L, width, D)
-            return h + torch.einsum("blkd,dk->bld", picked, self.conv.weight[:, 0, :])
+            index = sources.masked_fill(sources < 0, x.shape[1])
+            weight = self.conv.weight[:, 0, :]  # (D, width)
+            # one gather per offset: index_select's backward (index_add) is cheap on CPU, where one
+            # (B, L, width, D) gather and an einsum spend more than the whole conv path
+            for k in range(self.width):
+                h = h + padded.index_select(1, index[:, k]) * weight[:, k]
+            return h
         x = x.transpose(1, 2)  # (B, D, L)
         left = self.left
         x = F.pad(x, (left, self.width - 1 - left))
@@ -277,11 +282,14 @@ class Backbone(nn.Module):
         attn_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         mixer_sources: torch.Tensor | None = None,
+        outputs: int | None = None,
     ) -> torch.Tensor:
         """``attn_mask`` (L, L) bool, True where query i may attend to key j (the family's own
         layout; padding from ``attention_mask`` is applied on top); ``positions`` (L,) the position
         of each input (default 0 .. L - 1; a layout may repeat them); ``mixer_sources`` (L, width)
-        the neighbours each position mixes in (:meth:`NeighbourMixer.forward`)."""
+        the neighbours each position mixes in (:meth:`NeighbourMixer.forward`); ``outputs``: the
+        logits of the first that many positions only (a layout whose later inputs are context, e.g.
+        BD3-LM's clean half)."""
         h = self._embed(inputs, positions)
         B, L, _ = h.shape
         if self.mixer is not None:
@@ -302,7 +310,7 @@ class Backbone(nn.Module):
             if self.block_mixers is not None:
                 h = self.block_mixers[i](h, attention_mask, mixer_sources)
             h = block(h, c, mask, positions)
-        return self.final(h, c).float()
+        return self.final(h if outputs is None else h[:, :outputs], c).float()
 
     def _embed(self, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         h = self.embedding(inputs)

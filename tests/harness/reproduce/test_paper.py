@@ -63,7 +63,7 @@ def test_plan_errors_name_the_fix():
 
 def test_zeroshot_plan_covers_the_seven_sets_for_every_model():
     evals = [s for s in plan("zeroshot") if s.argv[:2] == ("eval", "ppl")]
-    assert len(evals) == 4 * 7
+    assert len(evals) == 5 * 7
     assert {s.argv[s.argv.index("--data") + 1] for s in evals} == {
         "lambada",
         "wikitext2",
@@ -73,6 +73,24 @@ def test_zeroshot_plan_covers_the_seven_sets_for_every_model():
         "pubmed",
         "arxiv",
     }
+
+
+def test_owt_plans_import_bd3lm_and_score_it_as_its_code_does():
+    """BD3-LM's recipe fine-tunes a long MDLM run: the plans import the release (block 4, the row the
+    MDM-Prime tables cite) unless another source is named, and score without the first token."""
+    from harness.reproduce.paper import BD3LM_RELEASE, PRESETS
+
+    for preset in ("owt", "zeroshot"):
+        steps = plan(preset)
+        imports = [s for s in steps if s.argv[:1] == ("import",)]
+        assert [s.argv[1] for s in imports] == [BD3LM_RELEASE]
+        bd3 = [s for s in steps if s.argv[:2] == ("eval", "ppl") and "/bd3lm" in s.argv[2]]
+        assert bd3 and all("--ignore-bos" in s.argv for s in bd3)
+        others = [s for s in steps if s.argv[:2] == ("eval", "ppl") and "/bd3lm" not in s.argv[2]]
+        assert not any("--ignore-bos" in s.argv for s in others)
+        assert any(row["model"] == "BD3-LM, block 4" for row in PRESETS[preset].published)
+    mine = plan("owt", checkpoints={"bd3lm": "bd3lm-hf:local/b4"})
+    assert [s.argv[1] for s in mine if s.argv[:1] == ("import",)] == ["bd3lm-hf:local/b4"]
 
 
 def test_flop_counts_follow_6n_per_trained_token():
