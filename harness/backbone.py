@@ -191,9 +191,11 @@ class Block(nn.Module):
         attn_mask: torch.Tensor | None,
         positions: torch.Tensor | None = None,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        queries: int | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | torch.Tensor:
         """``past``: keys and values (B, H, P, Dh) of earlier positions that every query attends to;
-        with it, the new keys and values (past included) come back beside the output."""
+        with it, the new keys and values (past included) come back beside the output. ``queries``:
+        the outputs of the first that many positions only (every position is still a key)."""
         B, L, D = h.shape
         if self.adaln is not None:
             shift1, scale1, gate1, shift2, scale2, gate2 = self.adaln(c).chunk(6, dim=-1)
@@ -204,6 +206,11 @@ class Block(nn.Module):
         q, k = self.rotary(torch.stack((q, k)), positions).unbind(0)  # one rotary pass over queries and keys
         if past is not None:
             k, v = torch.cat((past[0], k), 2), torch.cat((past[1], v), 2)
+        if queries is not None:
+            if self.causal and attn_mask is None:
+                raise InputError("queries= needs an explicit attn_mask on a causal block")
+            q, h, L = q[:, :, :queries], h[:, :queries], queries
+            attn_mask = None if attn_mask is None else attn_mask[..., :queries, :]
         a = F.scaled_dot_product_attention(
             q,
             k,
@@ -309,8 +316,9 @@ class Backbone(nn.Module):
         for i, block in enumerate(self.blocks):
             if self.block_mixers is not None:
                 h = self.block_mixers[i](h, attention_mask, mixer_sources)
-            h = block(h, c, mask, positions)
-        return self.final(h if outputs is None else h[:, :outputs], c).float()
+            last = i == len(self.blocks) - 1
+            h = block(h, c, mask, positions, queries=outputs if last else None)  # later positions: keys only
+        return self.final(h, c).float()
 
     def _embed(self, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         h = self.embedding(inputs)

@@ -10,11 +10,12 @@ throughput, cost against the ARM's exact NLL, float64 over float32) are what the
 3. ``train_step``: one training step (loss, backward, clipping, EMA, AdamW) as a fraction of (1),
    counting 3x the forward FLOPs. Target >= 0.50.
 4. ``nll_cost``: ``model.nll`` per Monte-Carlo sample for MDLM, masked and Prime (ell 2, 4) over the
-   ARM's exact NLL on the same backbone at C = 50257. Target <= 1.25x.
+   ARM's exact NLL on the same backbone at C = 50257. Target <= 1.25x; BD3-LM (blocks of 16), whose
+   network reads 2L positions, <= 2.5x.
 5. ``sampling``: L = 256, T = 1024, C = 50257: NFE and wall of ancestral sampling with and without
-   caching, first-hitting, Prime ell 2 and 4. Targets: cached NFE within 3% of T (1 - ISR), wall per
-   NFE within 15% between cached and uncached runs (one sample per batch, so a call is one NFE),
-   first-hitting NFE exactly L.
+   caching, first-hitting, Prime ell 2 and 4, BD3-LM block by block with its key-value cache.
+   Targets: cached NFE within 3% of T (1 - ISR), wall per NFE within 15% between cached and uncached
+   runs (one sample per batch, so a call is one NFE), first-hitting NFE exactly L, BD3-LM NFE <= T.
 6. ``precision_cost``: a whole sampling run with float64 draws over float32 at C = 50257 (default
    draw; the joint draw beside it). Target <= 1.10x.
 7. ``judge``: Gen-PPL judge throughput (tokens/s) and the peak resident memory of each stage.

@@ -1,5 +1,5 @@
 """Bench stages 5 and 6, sampling: NFE and wall of the ancestral sampler (cached and not),
-first-hitting and Prime, and the cost of float64 draws over float32."""
+first-hitting, Prime and BD3-LM's block-by-block sampler, and the cost of float64 draws over float32."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import time
 from harness.bench.measure import C_GPT2, Figure, median_time
 
 
-def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32):
+def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32, **extra):
     """A one-block network: the sampler's own cost at C classes dominates, as it does at scale."""
     from harness.models import build_model
 
-    kw = dict(vocab_size=C, seq_len=L, d_model=d * (ell or 1), n_layers=1, n_heads=2, schedule="linear")
+    kw = dict(vocab_size=C, seq_len=L, d_model=d * (ell or 1), n_layers=1, n_heads=2, schedule="linear", **extra)
     if ell:
         kw["ell"] = ell
     return build_model(family, **kw).to(device).eval()
@@ -128,7 +128,25 @@ def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_un
                 },
             )
         )
+    out.append(_bd3lm_figure(L=L, C=C, samples=samples, device=device, timed=timed))
     return out
+
+
+def _bd3lm_figure(*, L, C, samples, device, timed, block=16):
+    """BD3-LM block by block with its key-value cache: ``block`` steps per block of ``block`` tokens
+    (T = L in all), wall per sample at ``C`` classes; its NFE is at most T (a step that reveals
+    nothing calls no network)."""
+    model = _tiny_sampler_model("bd3lm", C=C, L=L, device=device, block_size=block)
+    res, wall = timed(model, "ancestral", num_samples=samples, batch_size=samples)
+    nfe = float(res.nfe.double().mean())
+    return Figure(
+        f"sampling: BD3-LM (blocks of {model.block_size}) wall at C = {C}, cached blocks",
+        wall / samples,
+        "s/sample",
+        f"NFE <= T = {L}",
+        bool((res.nfe <= L).all()),
+        {"nfe": nfe, "samples": samples, "steps_per_block": model.block_size},
+    )
 
 
 def precision_cost_figures(*, L=256, T=256, C=C_GPT2, samples=4, repeats=1, device="cpu"):

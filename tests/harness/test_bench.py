@@ -37,3 +37,25 @@ def test_bench_cli_writes_record_and_table(tmp_path):
     assert render_markdown(record).startswith("# primebench bench (quick)")
     bad = CliRunner().invoke(main, ["bench", "--stages", "gemm,warp"])
     assert bad.exit_code == 2 and "unknown stage" in bad.output
+
+
+def test_bd3lm_figures_have_their_own_targets():
+    """BD3-LM's NLL reads 2L positions (target 2.5x the ARM, not 1.25x); its block sampler's NFE is at
+    most T = L."""
+    import time
+
+    from harness.bench.network import nll_cost_figures
+    from harness.bench.sampling import _bd3lm_figure
+    from harness.sampling import generate
+
+    figures = nll_cost_figures(B=1, L=32, d=16, layers=1, heads=2, C=100, repeats=1)
+    bd3 = [f for f in figures if "bd3lm" in f.name]
+    assert len(bd3) == 1 and "block=16" in bd3[0].name and bd3[0].target == "<= 2.5"
+    assert all(f.target == "<= 1.25" for f in figures[1:] if "bd3lm" not in f.name)
+
+    def timed(model, sampler, **kw):
+        began = time.perf_counter()
+        return generate(model, sampler, generator=0, **kw), time.perf_counter() - began
+
+    fig = _bd3lm_figure(L=32, C=100, samples=2, device="cpu", timed=timed, block=8)
+    assert fig.ok and fig.value > 0 and fig.detail["nfe"] <= 32 and fig.detail["steps_per_block"] == 8
