@@ -41,6 +41,20 @@ TIME_SAMPLERS = {
 
 Generators = torch.Generator | Sequence[torch.Generator] | None
 
+
+def time_sampler_text(sampler: str, block_size: int | None = None) -> str:
+    """A record's words for time sampler ``sampler`` (``t`` or ``n``); ``block_size`` (BD3-LM): one
+    draw per block of that many tokens instead of one per sequence."""
+    if block_size is None:
+        return TIME_SAMPLERS[sampler]
+    per_block = {
+        "t": f"one t per block of {block_size} tokens in [1e-3, 1], stratified over rows x blocks (K=1) or over "
+        "K samples; weight -alpha'/(1-alpha) of the block's t",
+        "n": f"exact mask count n = ceil(N u) per block of {block_size} tokens (N its tokens), stratified; weight N/n",
+    }
+    return per_block[sampler]
+
+
 #: ``terms(z_t, t, masked)`` of :func:`monte_carlo_nelbo`: E tensors (B, L) of nats per token, one per estimator
 Terms = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], Sequence[torch.Tensor]]
 

@@ -137,7 +137,7 @@ def score_rows(
     ``exp_name`` names the second metric (``ppl``, or ``bpd`` for images, which is nats / ln 2
     rather than exp).
     """
-    from harness.diffusion import TIME_SAMPLERS
+    from harness.diffusion import time_sampler_text
 
     plan = estimator_plan(model, estimator)
     sampler = model.time_sampler(time_sampler)
@@ -167,7 +167,9 @@ def score_rows(
         "batch_size": batch_size,
         "world_size": info.world,
         "mc_samples": mc_samples if model.uses_time_sampler else None,
-        "time_sampler": None if sampler is None else TIME_SAMPLERS[sampler] + f" [{sampler}]",
+        "time_sampler": None
+        if sampler is None
+        else time_sampler_text(sampler, getattr(model, "nelbo_block_size", None)) + f" [{sampler}]",
         "stderr_method": first.stderr_method,
         "schedule": model.hparams.get("schedule"),
         "ignore_bos": bool(ignore_bos),

@@ -34,7 +34,7 @@ import torch
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from harness.diffusion import TIME_SAMPLERS
+from harness.diffusion import time_sampler_text
 from harness.errors import PrimebenchError
 from harness.lmeval.requests import (
     DEFAULT_MAX_GEN_TOKS,
@@ -138,7 +138,9 @@ class PrimebenchLM(LM):
             }
         return {
             "kind": est.kind,
-            "estimator": f"{est.description}; {TIME_SAMPLERS[self.time_sampler]}; context never masked; "
+            "estimator": f"{est.description}; "
+            f"{time_sampler_text(self.time_sampler, getattr(self.model, 'nelbo_block_size', None))}; "
+            "context never masked; "
             "K samples stratified over K",
             **self.model.protocol(),
             "time_sampler": self.time_sampler,

@@ -22,8 +22,12 @@ def test_bd3lm_through_every_eval_command(trained, tmp_path):
     ppl = _json(runner.invoke(main, ["eval", "ppl", ckpt, "--max-rows", "4", "-K", "2", "--json"]))
     assert ppl["metrics"]["nll"]["kind"] == "bound" and ppl["model"]["family"] == "bd3lm"
     assert ppl["protocol"]["block_size"] == 8 and ppl["protocol"]["train_clip"] == [1e-3, 1.0]
+    assert ppl["protocol"]["time_sampler"].startswith("one t per block of 8 tokens")
     exact = _json(runner.invoke(main, ["eval", "ppl", ckpt, "--max-rows", "2", "--time-sampler", "n", "--json"]))
-    assert exact["protocol"]["time_sampler"].endswith("[n]")
+    assert (
+        exact["protocol"]["time_sampler"].endswith("[n]")
+        and "per block of 8 tokens" in exact["protocol"]["time_sampler"]
+    )
 
     gen = runner.invoke(
         main,
@@ -39,6 +43,7 @@ def test_bd3lm_through_every_eval_command(trained, tmp_path):
         )
     )
     assert zs["metrics"]["wiki_lastword/perplexity"]["kind"] == "bound" and zs["protocol"]["block_size"] == 8
+    assert "per block of 8 tokens" in zs["protocol"]["estimator"]["estimator"]
 
     audit = runner.invoke(
         main, ["audit", "precision", ckpt, "-T", "2", "-n", "2", "--batch-size", "2", "--out", str(tmp_path), "--json"]
