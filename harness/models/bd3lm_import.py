@@ -31,11 +31,9 @@ from torch import nn
 from harness.errors import CheckpointError
 from harness.models.release_ckpt import (
     _ema_state,
-    _finish,
     _model_shape,
-    _provenance,
     _tokenizer,
-    load_dit,
+    build_release_family,
     read_release_ckpt,
 )
 from harness.models.release_config import config_flag, config_size
@@ -195,38 +193,23 @@ def build_bd3lm(
     ema: bool | None = None,
     tokenizer=None,
 ):
-    """Our BD3-LM around the release's DiT loaded strictly from ``state`` (keys without ``backbone.``);
-    the family and its config class are found by name in the model registry."""
-    from harness.models import family_class
-
-    BD3LM = family_class("bd3lm")
-    dit = load_dit(state, shape, where=where, extra_keys=extra_keys)
+    """Our BD3-LM around the release's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
     C = shape["vocab_size"] - 1
-    model = BD3LM(
-        vocab_size=C,
-        seq_len=shape["model_length"],
-        block_size=shape["block_size"],
-        train_clip_min=clip[0],
-        train_clip_max=clip[1],
-        d_model=8,
-        n_layers=1,
-        n_heads=2,
-    )
-    model.hparams.update(_provenance(source, ema))
-    return _finish(
-        model,
-        BD3LMBackbone(dit, vocab_size=C),
-        BD3LM.config_class,
+    return build_release_family(
+        "bd3lm",
+        state,
         shape=shape,
+        backbone=lambda dit: BD3LMBackbone(dit, vocab_size=C),
+        model_keys=dict(block_size=shape["block_size"], train_clip_min=clip[0], train_clip_max=clip[1]),
+        source=source,
+        where=where,
+        extra_keys=extra_keys,
+        ema=ema,
         time_conditioning=False,
         tokenizer_folder=Path(where),
         C=C,
-        where=where,
         device=device,
         tokenizer=tokenizer,
-        block_size=shape["block_size"],
-        train_clip_min=clip[0],
-        train_clip_max=clip[1],
     )
 
 

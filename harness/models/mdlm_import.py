@@ -26,6 +26,7 @@ from harness.models.release_ckpt import (
     _provenance,
     _sigma,
     _tokenizer,
+    build_release_family,
     load_dit,
     read_release_ckpt,
 )
@@ -257,37 +258,24 @@ def build_prime(
     ema: bool | None = None,
     tokenizer=None,
 ):
-    """Our Prime around MDM-Prime's DiT loaded strictly from ``state`` (keys without ``backbone.``);
-    the family and its config class are found by name in the model registry."""
-    from harness.models import family_class
-
-    Prime = family_class("prime")
-    dit = load_dit(state, shape, where=where, extra_keys=[])
-    C, ell = shape["vocab_out"], shape["ell"]
-    model = Prime(
-        vocab_size=C,
-        seq_len=shape["model_length"],
-        ell=ell,
-        carry_over=carry_over,
-        d_model=8 * ell,
-        n_layers=1,
-        n_heads=2,
-        time_conditioning=time_conditioning,
-    )
-    model.hparams.update(_provenance(source, ema))
-    return _finish(
-        model,
-        PrimeBackbone(dit, time_conditioning=time_conditioning),
-        Prime.config_class,
+    """Our Prime around MDM-Prime's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
+    ell = shape["ell"]
+    return build_release_family(
+        "prime",
+        state,
         shape=shape,
+        backbone=lambda dit: PrimeBackbone(dit, time_conditioning=time_conditioning),
+        model_keys=dict(ell=ell, carry_over=carry_over, time_conditioning=time_conditioning),
+        d_model=8 * ell,
+        source=source,
+        where=where,
+        extra_keys=[],
+        ema=ema,
         time_conditioning=time_conditioning,
         tokenizer_folder=tokenizer_folder,
-        C=C,
-        where=where,
+        C=shape["vocab_out"],
         device=device,
         tokenizer=tokenizer,
-        ell=ell,
-        carry_over=carry_over,
     )
 
 

@@ -160,6 +160,35 @@ def _provenance(source: str, ema: bool | None) -> dict:
     return extra
 
 
+def build_release_family(
+    family: str,
+    state: dict,
+    *,
+    shape: dict,
+    backbone,
+    model_keys: dict,
+    source: str,
+    where: str,
+    extra_keys: list,
+    ema: bool | None,
+    d_model: int = 8,
+    **finish,
+):
+    """Our ``family`` (found by name in the model registry) around the release's DiT loaded strictly
+    from ``state``: built with a placeholder network and ``model_keys`` (its family's settings, also
+    written into the config), then ``backbone(dit)`` put in place by :func:`_finish` with ``finish``."""
+    from harness.models import family_class
+
+    Family = family_class(family)
+    dit = load_dit(state, shape, where=where, extra_keys=extra_keys)
+    model = Family(
+        vocab_size=finish["C"], seq_len=shape["model_length"], d_model=d_model, n_layers=1, n_heads=2, **model_keys
+    )
+    model.hparams.update(_provenance(source, ema))
+    config_keys = {k: v for k, v in model_keys.items() if k != "time_conditioning"}
+    return _finish(model, backbone(dit), Family.config_class, shape=shape, where=where, **finish, **config_keys)
+
+
 def _finish(
     model,
     backbone,

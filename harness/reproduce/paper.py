@@ -234,20 +234,20 @@ def plan(
     fwd = forward_flops_per_token(OWT_MODEL)
     L = OWT_MODEL["seq_len"]
     if preset in ("owt", "zeroshot"):
+        # (family, training overrides, evaluation options); BD3-LM's code keeps each row's first token
+        # visible and unscored (algo.ignore_bos), so its rows are scored that way
         models = {
-            "arm": ("arm", {}),
-            "bd3lm": ("bd3lm", {}),
-            "mdlm": ("mdlm", {}),
-            "prime2": ("prime", {"model.ell": 2}),
-            "prime4": ("prime", {"model.ell": 4}),
+            "arm": ("arm", {}, ()),
+            "bd3lm": ("bd3lm", {}, ("--ignore-bos",)),
+            "mdlm": ("mdlm", {}, ()),
+            "prime2": ("prime", {"model.ell": 2}, ()),
+            "prime4": ("prime", {"model.ell": 4}, ()),
         }
         checkpoints.setdefault("bd3lm", BD3LM_RELEASE)
-        for name, (family, extra) in models.items():
+        for name, (family, extra, bos) in models.items():
             train_steps, path = _train_or_load(
                 name, family, checkpoints.pop(name, None), root, extra, OWT_MODEL, OWT_TRAIN
             )
-            # BD3-LM's code keeps each row's first token visible and unscored (algo.ignore_bos)
-            bos = ("--ignore-bos",) if family == "bd3lm" else ()
             steps_out += train_steps
             if preset == "owt":
                 valid_tokens = 100_000 * 1_000  # ~1k GPT-2 tokens per OWT document
