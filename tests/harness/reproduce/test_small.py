@@ -40,6 +40,21 @@ def test_idle_table_measures_isr_from_nfe_of_cached_ancestral_samples():
     assert row[4].value == pytest.approx(37.5) and row[5].value == pytest.approx(100 * (1 - 1 / 128) ** 128)
 
 
+def test_idle_table_counts_a_block_samplers_steps_over_all_blocks():
+    """BD3-LM: 8 steps in each of 16 blocks of 8 tokens, 128 steps in all; a block's 8 tokens make
+    (1 - 1/8)^8 of its steps idle, in every block alike."""
+    rec = {
+        "evaluation": "genppl",
+        "model": {"name": "b"},
+        "metrics": {"nfe": {"value": 84.5, "stderr": 0.6}},
+        "protocol": {"sampler": "ancestral", "cache": True, "steps": 8, "seq_len": 128, "block_size": 8},
+    }
+    row = idle_table([rec]).rows[0]
+    assert row[2].text == "8 per block of 8 (128 in all)"
+    assert row[4].value == pytest.approx(100 * (1 - 84.5 / 128)) and row[4].stderr == pytest.approx(100 * 0.6 / 128)
+    assert row[5].value == pytest.approx(100 * (7 / 8) ** 8)
+
+
 def test_small_configs_share_backbone_tokenizer_and_budget():
     from harness.config import load_config
 
