@@ -91,8 +91,16 @@ def _small_models() -> tuple[str, ...]:
 @reproduce_group.command("small", cls=Command, aliases=JOB_ALIASES)
 @_job_options("results/runs/small", 32)
 @option(
+    "--seed",
+    "The first training seed. The records of other seeds already in OUT/records (an earlier run of the job) "
+    "stay in the tables, so a later seed is trained without seed 0's checkpoints.",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+)
+@option(
     "--seeds",
-    "Training seeds per family (0..N-1); tables add the mean with the seed-to-seed spread. Seed 0 reuses a "
+    "Training seeds per family; tables add the mean with the seed-to-seed spread. Seed 0 reuses a "
     "one-seed run's stages.",
     type=click.IntRange(min=1),
     default=1,
@@ -105,7 +113,7 @@ def _small_models() -> tuple[str, ...]:
     metavar="NAMES",
     callback=comma_list(lambda: _small_models(), "model"),
 )
-def reproduce_small_cmd(out, force, judge, train_steps, max_rows, samples, seeds, models):
+def reproduce_small_cmd(out, force, judge, train_steps, max_rows, samples, seed, seeds, models):
     """Every family at CPU scale (about two hours per seed on a 2-core CPU): perplexity (exact / valid bound /
     paper objective), Gen PPL with entropy in float64, zero-shot, idle steps measured on the models."""
     from harness.logging import console
@@ -122,6 +130,7 @@ def reproduce_small_cmd(out, force, judge, train_steps, max_rows, samples, seeds
         samples=samples,
         seeds=seeds,
         models=models,
+        first_seed=seed,
     )
     print_sections(small_sections(result))
     console().log(

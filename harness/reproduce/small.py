@@ -36,20 +36,23 @@ class SmallRecords:
     seeds: int = 1
 
 
-def small_configs(seeds: int = 1, steps: int | None = None) -> dict[str, Any]:
-    """Stage name -> config of every model and seed: seed 0 first (the presets as they are), then
-    ``NAME-seed{s}`` with ``seed=s``; ``steps`` overrides every model's ``train.steps``."""
+def small_configs(seeds: int = 1, steps: int | None = None, first_seed: int = 0) -> dict[str, Any]:
+    """Stage name -> config of every model and seed ``first_seed .. first_seed + seeds - 1``, in seed
+    order: seed 0 is the preset as it is (stage ``NAME``), seed s > 0 is ``NAME-seed{s}`` with
+    ``seed=s``; ``steps`` overrides every model's ``train.steps``."""
     from harness.config import load_config
     from harness.reproduce.seeds import seed_name, seed_overrides
 
     if seeds < 1:
         raise InputError(f"seeds must be at least 1, got {seeds}")
+    if first_seed < 0:
+        raise InputError(f"the first training seed must be >= 0, got {first_seed}")
     overrides = (
         [] if steps is None else [f"train.steps={steps}", f"train.eval_every={steps}", f"train.save_every={steps}"]
     )
     return {
         seed_name(name, seed): load_config(f"small/{name}", overrides + seed_overrides(seed))
-        for seed in range(seeds)
+        for seed in range(first_seed, first_seed + seeds)
         for name in MODELS
     }
 
@@ -64,12 +67,15 @@ def run_small(
     samples: int = GENPPL["samples"],
     seeds: int = 1,
     models=None,
+    first_seed: int = 0,
 ) -> SmallRecords:
     """Train (or reuse) the ``small/`` models under ``out`` and compute (or reuse) every record.
 
-    ``seeds``: training seeds per family (0 .. seeds-1, :mod:`harness.reproduce.seeds`); seed 0 is the
-    one-seed run's stages, so adding seeds to a finished run trains only the new ones. Every seed is
-    evaluated with the same settings and evaluation seed.
+    ``seeds``: training seeds per family, ``first_seed .. first_seed + seeds - 1``
+    (:mod:`harness.reproduce.seeds`); seed 0 is the one-seed run's stages, so adding seeds to a
+    finished run trains only the new ones. Every seed is evaluated with the same settings and
+    evaluation seed. ``first_seed`` > 0 trains later seeds without seed 0's checkpoints: the
+    records of the seeds not run that are already in ``OUT/records`` are read back into the tables.
 
     ``models``: the job's models to train and evaluate (default: all of :data:`MODELS`); the records
     of its other models already in ``OUT/records`` (an earlier run of the job, kept whole) are read
@@ -87,13 +93,15 @@ def run_small(
     if unknown or not chosen:
         raise InputError(f"unknown models {unknown} for reproduce small", fix=f"choose from {', '.join(MODELS)}")
     out = Path(out)
-    cfgs = small_configs(seeds, steps)
+    cfgs = small_configs(seeds, steps, first_seed)
     zeroshot = dict(ZEROSHOT, limit=max_rows)
     with progress() as bar:
         stages = Stages(out, force=force, bar=bar, log=console().log)
         stages.task = bar.add_task("reproduce small", total=len(chosen) * seeds * 4, loss=float("nan"), tps=0.0)
         ppl, genppl, zs = [], [], []
-        for seed in range(seeds):  # each seed trained and evaluated before the next: a stopped run keeps them
+        for seed in range(
+            first_seed, first_seed + seeds
+        ):  # each seed trained and evaluated before the next: a stopped run keeps them
             group = {seed_name(name, seed): cfgs[seed_name(name, seed)] for name in chosen}
             for name, cfg in group.items():
                 stages.train(name, cfg)
@@ -109,12 +117,24 @@ def run_small(
             )
             for into, got in zip((ppl, genppl, zs), records):
                 into.extend(got)
-    ran = {cfg.name for name, cfg in cfgs.items() if base_name(name) in chosen}
-    others = {cfg.name for cfg in cfgs.values()} - ran
-    ppl, genppl, zs = (got + kept_records(out, kind, others) for got, kind in zip((ppl, genppl, zs), KINDS))
-    result = SmallRecords(out=out, ppl=ppl, genppl=genppl, zeroshot=zs, seeds=seeds)
+    ran = {(cfg.name, int(cfg.seed)) for name, cfg in cfgs.items() if base_name(name) in chosen}
+    names = list(dict.fromkeys(cfg.name for cfg in cfgs.values()))  # in MODELS order
+    ppl, genppl, zs = (
+        got + [r for r in kept_records(out, kind, names) if _seed_key(r) not in ran]
+        for got, kind in zip((ppl, genppl, zs), KINDS)
+    )
+    order = {name: i for i, name in enumerate(names)}  # models in MODELS order, each model's seeds in order
+    ppl, genppl, zs = (
+        sorted(records, key=lambda r: (order[_seed_key(r)[0]], _seed_key(r)[1])) for records in (ppl, genppl, zs)
+    )
+    result = SmallRecords(out=out, ppl=ppl, genppl=genppl, zeroshot=zs, seeds=len({_seed_key(r)[1] for r in ppl}))
     write_small_report(result)
     return result
+
+
+def _seed_key(record: dict[str, Any]) -> tuple[str, int]:
+    """(config name, training seed) of a record."""
+    return record["model"].get("name"), int(record["model"].get("config", {}).get("seed", 0))
 
 
 #: the evaluations of the job, in the order of SmallRecords' lists
@@ -139,7 +159,7 @@ def kept_records(out: Path, kind: str, names) -> list[dict[str, Any]]:
         name = record.get("model", {}).get("name")
         if name not in names or (kind == "genppl" and record.get("protocol", {}).get("dtype") != "float64"):
             continue
-        key = (name, int(record["model"].get("config", {}).get("seed", 0)))
+        key = _seed_key(record)
         stamp = path.stat().st_mtime
         if key not in found or stamp > found[key][0]:
             found[key] = (stamp, record)

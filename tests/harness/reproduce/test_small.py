@@ -1,7 +1,10 @@
+import shutil
+
 import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
+from harness.errors import InputError
 from harness.reproduce.report import gap_table, idle_table
 from harness.views import render
 
@@ -107,6 +110,28 @@ def test_small_smoke_run(trained, tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "small-mdlm" in (out / "tables.md").read_text()  # the other models' records stay in the tables
+    # a later seed without seed 0's checkpoints: seed 0's records are read back, seed 1 is reused
+    for name in ("arm", "bd3lm", "mdlm", "masked", "prime2", "prime4"):
+        shutil.rmtree(out / name)
+    (out / "tables.md").unlink()
+    res = CliRunner().invoke(
+        main,
+        ["reproduce", "small", "--out", str(out), "--train-steps", "1", "--max-rows", "2", "--samples", "2"]
+        + ["--judge", f"arm:{trained('arm')}", "--seed", "1", "--seeds", "1"],
+    )
+    assert res.exit_code == 0, res.output
+    assert not (out / "mdlm").exists() and "Perplexity over training seeds" in (out / "tables.md").read_text()
+
+
+def test_small_configs_name_each_seed_from_the_first():
+    from harness.reproduce.small import small_configs
+
+    cfgs = small_configs(2, first_seed=1)
+    assert list(cfgs)[:2] == ["arm-seed1", "bd3lm-seed1"] and list(cfgs)[-1] == "prime4-seed2"
+    assert {c.seed for name, c in cfgs.items() if name.endswith("seed2")} == {2}
+    assert small_configs(1)["mdlm"].seed == 0
+    with pytest.raises(InputError, match="first training seed"):
+        small_configs(1, first_seed=-1)
 
 
 def test_kept_records_reads_one_record_per_model_and_seed_of_a_kind(tmp_path):
