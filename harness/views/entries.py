@@ -134,7 +134,14 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def unique_labels(items: list[Entry], extra=lambda e: ()) -> None:
-    """Make labels unique: duplicates get ' (2)', ' (3)' ... in order."""
+    """Make labels unique: a duplicate trained with another seed than the preset's (the config's
+    ``seed`` > 0, as ``reproduce small --seeds`` trains them) gets ' (seed S)'; the duplicates left get
+    ' (2)', ' (3)' ... in order."""
+    counts = Counter((e.label, *extra(e)) for e in items)
+    for e in items:
+        seed = (e.model.get("config") or {}).get("seed") if isinstance(e.model, dict) else None
+        if counts[(e.label, *extra(e))] > 1 and isinstance(seed, int) and seed > 0:
+            e.label = f"{e.label} (seed {seed})"
     seen: Counter = Counter()
     for e in items:
         seen[(e.label, *extra(e))] += 1

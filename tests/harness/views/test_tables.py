@@ -61,6 +61,14 @@ def _three():
     ]
 
 
+def test_a_model_trained_under_another_seed_is_labelled_by_its_seed():
+    records = [_ppl("md", "mdlm", nll=3.5), _ppl("md", "mdlm", nll=3.6), _ppl("md", "mdlm", nll=3.4)]
+    records[1]["model"]["config"] = {"seed": 1}
+    records[2]["model"]["config"] = {"seed": 0}
+    labels = [row[0].text for row in build_table(records, "ppl").rows]
+    assert sorted(labels) == ["md", "md (2)", "md (seed 1)"]
+
+
 def test_marks_for_exact_bound_and_paper_objective():
     table = build_table(_three(), "ppl")
     rows = {r[0].text.split("‡")[0]: r for r in table.rows}
