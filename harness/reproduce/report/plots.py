@@ -19,8 +19,11 @@ def record_metric(record: dict[str, Any], name: str) -> tuple[float, float] | No
 
 
 def record_label(record: dict[str, Any]) -> str:
-    """The model name a record's rows and plot entries are labelled with (``"?"`` when it has none)."""
-    return str(record.get("model", {}).get("name") or "?")
+    """The model name a record's rows and plot entries are labelled with (``"?"`` when it has none),
+    with ``(seed S)`` when it was trained under another seed than its preset's (config ``seed`` > 0)."""
+    model = record.get("model", {})
+    seed = (model.get("config") or {}).get("seed")
+    return str(model.get("name") or "?") + (f" (seed {seed})" if isinstance(seed, int) and seed > 0 else "")
 
 
 def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:

@@ -123,6 +123,13 @@ def test_small_smoke_run(trained, tmp_path):
     assert not (out / "mdlm").exists() and "Perplexity over training seeds" in (out / "tables.md").read_text()
 
 
+def test_gap_table_names_the_training_seed_of_each_row():
+    seed1 = _ppl("p2", 2, 5.2, 0.03, 5.0, 0.04)
+    seed1["model"]["config"] = {"seed": 1}
+    table = gap_table([_ppl("p2", 2, 5.2, 0.03, 5.0, 0.04), seed1])
+    assert [row[0].text for row in table.rows] == ["p2", "p2 (seed 1)"]
+
+
 def test_small_configs_name_each_seed_from_the_first():
     from harness.reproduce.small import small_configs
 
