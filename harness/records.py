@@ -181,6 +181,14 @@ def record_json(record: dict[str, Any], indent: int | None = 2) -> str:
     return json.dumps(_finite_or_null(record), indent=indent, default=str, allow_nan=False)
 
 
+def training_seed(model: dict[str, Any]) -> int:
+    """The training seed of a record's ``model`` block: its config's ``seed`` (0, the preset's own,
+    when the block has no config or no seed)."""
+    config = model.get("config") if isinstance(model, dict) else None
+    seed = config.get("seed") if isinstance(config, dict) else None
+    return int(seed) if seed is not None else 0
+
+
 def record_stem(record: dict[str, Any]) -> str:
     """``EVALUATION-MODEL-HASH``: the hash is over the protocol, so one protocol, one name."""
     name = (record.get("model") or {}).get("name") or "model"

@@ -123,8 +123,9 @@ def _model_key(record: dict[str, Any]) -> str:
 
 
 def _seed(record: dict[str, Any]) -> int:
-    seed = record.get("model", {}).get("config", {}).get("seed")
-    return int(seed) if seed is not None else 0
+    from harness.records import training_seed
+
+    return training_seed(record.get("model", {}))
 
 
 def summarise(ppl_records: Sequence[dict[str, Any]], metric: str = "nll") -> list[SeedSummary]:

@@ -134,7 +134,9 @@ def run_small(
 
 def _seed_key(record: dict[str, Any]) -> tuple[str, int]:
     """(config name, training seed) of a record."""
-    return record["model"].get("name"), int(record["model"].get("config", {}).get("seed", 0))
+    from harness.records import training_seed
+
+    return record["model"].get("name"), training_seed(record["model"])
 
 
 #: the evaluations of the job, in the order of SmallRecords' lists

@@ -137,10 +137,12 @@ def unique_labels(items: list[Entry], extra=lambda e: ()) -> None:
     """Make labels unique: a duplicate trained with another seed than the preset's (the config's
     ``seed`` > 0, as ``reproduce small --seeds`` trains them) gets ' (seed S)'; the duplicates left get
     ' (2)', ' (3)' ... in order."""
+    from harness.records import training_seed
+
     counts = Counter((e.label, *extra(e)) for e in items)
     for e in items:
-        seed = (e.model.get("config") or {}).get("seed") if isinstance(e.model, dict) else None
-        if counts[(e.label, *extra(e))] > 1 and isinstance(seed, int) and seed > 0:
+        seed = training_seed(e.model)
+        if counts[(e.label, *extra(e))] > 1 and seed > 0:
             e.label = f"{e.label} (seed {seed})"
     seen: Counter = Counter()
     for e in items:

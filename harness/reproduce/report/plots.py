@@ -21,9 +21,11 @@ def record_metric(record: dict[str, Any], name: str) -> tuple[float, float] | No
 def record_label(record: dict[str, Any]) -> str:
     """The model name a record's rows and plot entries are labelled with (``"?"`` when it has none),
     with ``(seed S)`` when it was trained under another seed than its preset's (config ``seed`` > 0)."""
+    from harness.records import training_seed
+
     model = record.get("model", {})
-    seed = (model.get("config") or {}).get("seed")
-    return str(model.get("name") or "?") + (f" (seed {seed})" if isinstance(seed, int) and seed > 0 else "")
+    seed = training_seed(model)
+    return str(model.get("name") or "?") + (f" (seed {seed})" if seed > 0 else "")
 
 
 def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:

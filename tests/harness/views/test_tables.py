@@ -67,6 +67,9 @@ def test_a_model_trained_under_another_seed_is_labelled_by_its_seed():
     records[2]["model"]["config"] = {"seed": 0}
     labels = [row[0].text for row in build_table(records, "ppl").rows]
     assert sorted(labels) == ["md", "md (2)", "md (seed 1)"]
+    from harness.records import training_seed
+
+    assert [training_seed(r["model"]) for r in records] == [0, 1, 0] and training_seed({}) == 0
 
 
 def test_marks_for_exact_bound_and_paper_objective():
