@@ -15,7 +15,9 @@ Two likelihood numbers, never to be confused (see ``prime.bounds``):
   *joint* over the token's masked sub-tokens. Reported as "paper-objective": when sub-tokens depend
   on each other it can fall below the exact NLL, so it is not a bound.
 
-Training minimises the paper's objective (token-joint), as the published models were trained.
+Training minimises ``model.objective``: ``paper`` (default) the token-joint objective, as the
+published models were trained, or ``bound`` the valid sub-token bound, through the same terms and
+draw that ``eval ppl`` grades with (:meth:`Prime.nll_terms`).
 With ell = 1 this is MDLM exactly: same weights give the same logits, loss and bounds.
 
 The samplers (:mod:`harness.sampling`) ask this class for what sub-tokens change: a state of ell
@@ -26,6 +28,7 @@ reached through :meth:`Prime.toy_bound_audit`, and release checkpoints through :
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +40,8 @@ from harness.models import MODELS
 from harness.models.base import Estimator
 from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
 from harness.sampling.categorical import sample_categorical
-from prime.embedding import SubtokenEmbedding
-from prime.subtokens import decode, encode, subtoken_base
+from prime.embedding import LAYOUTS, SubtokenEmbedding
+from prime.subtokens import binary_ell, check_permutation, decode, encode, subtoken_base, token_permutation
 from prime.terms import (
     fused_prime_terms,
     restricted_log_probs,
@@ -58,17 +61,44 @@ TOKEN_JOINT = Estimator(
 )
 
 
+#: the encodings (``model.encoding``): ``digits`` takes ell from the config and the smallest base b with
+#: b^ell >= C (MDM-Prime); ``binary`` takes base 2 and ell = ceil(log2 C) from the vocabulary (MDM-Prime-v2)
+ENCODINGS = ("digits", "binary")
+
+#: the training objectives (``model.objective``): the estimator each minimises
+OBJECTIVES = {"paper": TOKEN_JOINT.name, "bound": SUBTOKEN.name}
+
+
 @dataclass(frozen=True)
 class PrimeConfig(MDLMConfig):
     """Prime adds ``ell`` sub-tokens per token and ``carry_over`` (restrict the joint to V(y_t^i))."""
 
     ell: int = 1
     carry_over: bool = True
+    objective: str = "paper"
+    encoding: str = "digits"
+    embedding: str = "concat"
+    shuffle: bool = False
+    shuffle_seed: int = 0
 
     def check(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(
+                f"model.objective must be one of {list(OBJECTIVES)}, got {self.objective!r}",
+                fix="use 'paper' (the published L_vb, not a bound) or 'bound' (the valid sub-token bound)",
+            )
+        if self.encoding not in ENCODINGS:
+            raise ConfigError(
+                f"model.encoding must be one of {list(ENCODINGS)}, got {self.encoding!r}",
+                fix="use 'digits' (ell digits of the smallest base b with b^ell >= C) or 'binary' (base 2)",
+            )
+        if self.embedding not in LAYOUTS:
+            raise ConfigError(f"model.embedding must be one of {list(LAYOUTS)}, got {self.embedding!r}")
+        if self.shuffle_seed < 0:
+            raise ConfigError(f"model.shuffle_seed must be >= 0, got {self.shuffle_seed}")
         if self.ell < 1:
             raise ConfigError(f"model.ell must be >= 1, got {self.ell}")
-        if self.d_model % self.ell:
+        if self.encoding == "digits" and self.embedding == "concat" and self.d_model % self.ell:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.ell={self.ell}: Prime concatenates ell "
                 "sub-token embeddings of size d_model/ell",
@@ -83,20 +113,90 @@ class Prime(MaskedDiffusion):
     config_class = PrimeConfig
     table_order = 3
     estimators = (SUBTOKEN, TOKEN_JOINT)
-    train_estimator = "token_joint"
 
-    def __init__(self, *, vocab_size: int, ell: int = 2, carry_over: bool = True, **kwargs: Any):
-        self.ell = int(ell)
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        ell: int | None = None,
+        carry_over: bool = True,
+        objective: str = "paper",
+        encoding: str = "digits",
+        embedding: str = "concat",
+        shuffle: bool = False,
+        shuffle_seed: int = 0,
+        **kwargs: Any,
+    ):
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+        if encoding not in ENCODINGS:
+            raise ConfigError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
+        if encoding == "binary":
+            derived = binary_ell(int(vocab_size))
+            if ell not in (None, 1, derived):
+                raise ConfigError(
+                    f"model.ell={ell} with model.encoding=binary: the binary encoding has ell = ceil(log2 C) = "
+                    f"{derived} digits for C = {vocab_size}",
+                    fix=f"leave model.ell out (or set it to {derived}) with the binary encoding",
+                )
+            ell = derived
+        self.ell = 2 if ell is None else int(ell)
         self.base = self.base_for(vocab_size, self.ell)
         self.carry_over = bool(carry_over)
-        super().__init__(vocab_size=vocab_size, extra_hparams=dict(ell=ell, carry_over=carry_over), **kwargs)
+        self.objective = objective
+        self.encoding, self.embedding_layout, self.shuffle = encoding, embedding, bool(shuffle)
+        extra: dict[str, Any] = dict(ell=self.ell, carry_over=carry_over)
+        # recorded only when not the default, so earlier checkpoints' hyper-parameters are unchanged
+        for key, value, default in (
+            ("objective", objective, "paper"),
+            ("encoding", encoding, "digits"),
+            ("embedding", embedding, "concat"),
+            ("shuffle", self.shuffle, False),
+        ):
+            if value != default:
+                extra[key] = value
+        if self.shuffle:
+            extra["shuffle_seed"] = int(shuffle_seed)
+        super().__init__(vocab_size=vocab_size, extra_hparams=extra, **kwargs)
+        if self.shuffle:
+            # code_of[x]: the code whose digits encode token x; saved with the weights, so the stored
+            # permutation (not the seed) is what training, every estimator, sampler and export use
+            self.register_buffer("code_of", token_permutation(self.vocab_size, int(shuffle_seed)))
+            self.register_buffer("token_of", torch.argsort(self.code_of), persistent=False)
+            self.register_load_state_dict_post_hook(_sync_shuffle)
+
+    # -- index shuffling: token ids <-> codes ------------------------------------------------------
+    def codes(self, x: torch.Tensor) -> torch.Tensor:
+        """(...) token ids -> (...) the codes their digits spell (the ids themselves without shuffling)."""
+        return self.code_of[x] if self.shuffle else x
+
+    def tokens_of_codes(self, code: torch.Tensor) -> torch.Tensor:
+        """(...) codes -> (...) token ids; codes >= C (no token) are kept as they are."""
+        if not self.shuffle:
+            return code
+        return torch.where(code < self.vocab_size, self.token_of[code.clamp_max(self.vocab_size - 1)], code)
+
+    def to_code_space(self, values: torch.Tensor) -> torch.Tensor:
+        """(..., C) indexed by token id -> (..., C) indexed by code (logits or log-probabilities)."""
+        return values.index_select(-1, self.token_of) if self.shuffle else values
+
+    def to_token_space(self, values: torch.Tensor) -> torch.Tensor:
+        """(..., C) indexed by code -> (..., C) indexed by token id."""
+        return values.index_select(-1, self.code_of) if self.shuffle else values
+
+    @property
+    def train_estimator(self) -> str:  # type: ignore[override]
+        """The estimator the training loss minimises: ``model.objective`` ``paper`` trains on the
+        token-joint L_vb (as the published models), ``bound`` on the valid sub-token bound, through
+        the same terms (:meth:`nll_terms`) and draw that ``eval ppl`` grades it with."""
+        return OBJECTIVES[self.objective]
 
     # -- units: ell base-b digits per token, mask id b ------------------------------------------
     def _unit_mask_id(self) -> int:
         return self.base
 
     def _embedding(self, d_model: int):
-        return SubtokenEmbedding(self.base, self.ell, d_model)
+        return SubtokenEmbedding(self.base, self.ell, d_model, self.embedding_layout)
 
     subtokens = True
     context_free_law = "grid model over the C tokens (Prime's joint draw has no stay mass in the token draw)"
@@ -120,8 +220,8 @@ class Prime(MaskedDiffusion):
         return subtoken_base(vocab_size, ell)
 
     def encode(self, x0: torch.Tensor) -> torch.Tensor:
-        """(B, L) token ids -> (B, L, ell) digits."""
-        return encode(x0, self.base, self.ell)
+        """(B, L) token ids -> (B, L, ell) digits of their codes (:meth:`codes`)."""
+        return encode(self.codes(x0), self.base, self.ell)
 
     def units(self, x0: torch.Tensor) -> torch.Tensor:
         return self.encode(x0)
@@ -132,15 +232,17 @@ class Prime(MaskedDiffusion):
     def log_probs(
         self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """(B, L, ell) sub-tokens (mask id = base) -> (B, L, C) restricted joint log-probabilities."""
-        logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
-        return restricted_log_probs(
+        """(B, L, ell) sub-tokens (mask id = base) -> (B, L, C) restricted joint log-probabilities,
+        indexed by token id (the network's outputs are restricted in code space, :meth:`codes`)."""
+        logits = self.to_code_space(self.backbone(z_t, t if self.time_conditioning else None, attention_mask))
+        log_p = restricted_log_probs(
             logits, z_t, C=self.vocab_size, base=self.base, ell=self.ell, carry_over=self.carry_over
         )
+        return self.to_token_space(log_p)
 
     def unit_terms(self, log_p, x0, units, masked, estimator: str, scored=None) -> torch.Tensor:
         if estimator == "subtoken":
-            return subtoken_nll_terms(log_p, units, masked, self.base, self.ell)
+            return subtoken_nll_terms(self.to_code_space(log_p), units, masked, self.base, self.ell)
         if estimator == "token_joint":
             # without carry-over a token whose sub-tokens are all visible is not one-hot, and the
             # official code scores it too (with carry-over its term is log 1 = 0 either way)
@@ -177,14 +279,14 @@ class Prime(MaskedDiffusion):
                 estimators=estimators,
                 scored=scored,
             )
-        logits = self.backbone(z_t, t if self.time_conditioning else None, attention_mask)
+        logits = self.to_code_space(self.backbone(z_t, t if self.time_conditioning else None, attention_mask))
         joint_scored = None
         if not self.carry_over and scored is not None:
             joint_scored = (masked | scored[..., None]).any(-1)
         return fused_prime_terms(
             logits.float(),
             z_t,
-            x0,
+            self.codes(x0),
             units,
             masked,
             C=self.vocab_size,
@@ -201,8 +303,8 @@ class Prime(MaskedDiffusion):
         return self.encode(x)
 
     def sampler_tokens(self, y: torch.Tensor) -> torch.Tensor:
-        """(..., ell) revealed digits -> (...) codes (>= C possible without carry-over)."""
-        return decode(y, self.base)
+        """(..., ell) revealed digits -> (...) token ids (codes >= C, possible without carry-over, kept)."""
+        return self.tokens_of_codes(decode(y, self.base))
 
     def sampler_log_probs(self, y: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
         """(B, L, ell) digits, t (B,) -> (B, L, C) the restricted joint's log-probabilities."""
@@ -245,12 +347,13 @@ class Prime(MaskedDiffusion):
         """(B, C) token log-probabilities, ``unit`` (B,) a digit index -> (B, base) log-marginal of that
         digit of the restricted joint (:func:`prime.terms.subtoken_log_marginals`), the law under
         which the valid sub-token bound is computed."""
-        marginals = subtoken_log_marginals(log_p[:, None], base=self.base, ell=self.ell)[:, 0]  # (B, ell, base)
+        code_log_p = self.to_code_space(log_p)[:, None]
+        marginals = subtoken_log_marginals(code_log_p, base=self.base, ell=self.ell)[:, 0]  # (B, ell, base)
         return marginals[torch.arange(log_p.shape[0], device=log_p.device), unit]
 
     def invalid_codes(self, y: torch.Tensor) -> torch.Tensor:
         """(B, L, ell) revealed digits -> (B, L) bool: codes >= C (only without carry-over)."""
-        return self.sampler_tokens(y) >= self.vocab_size
+        return decode(y, self.base) >= self.vocab_size
 
     @classmethod
     def toy_bound_audit(cls, C: int, ell: int, L: int, *, seeds: int, seed: int):
@@ -262,7 +365,18 @@ class Prime(MaskedDiffusion):
 
     # -- facts ------------------------------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:
-        out = {"ell": self.ell, "base": self.base, "carry_over": self.carry_over}
+        out = {
+            "ell": self.ell,
+            "base": self.base,
+            "carry_over": self.carry_over,
+            "objective": self.objective,
+            "encoding": self.encoding,
+            "embedding": self.embedding_layout,
+            "shuffle": self.shuffle,
+        }
+        if self.shuffle:
+            out["shuffle_seed"] = self.hparams["shuffle_seed"]
+            out["shuffle_sha256"] = hashlib.sha256(self.code_of.cpu().numpy().tobytes()).hexdigest()
         if self.carry_over != bool(self.hparams.get("carry_over", self.carry_over)):
             out["carry_over_trained"] = bool(self.hparams["carry_over"])  # overridden at evaluation
         return out
@@ -274,10 +388,15 @@ class Prime(MaskedDiffusion):
 
     @classmethod
     def label(cls, cfg) -> str:
-        return f"{cls.family}, ell={cfg.ell}" if cfg.ell else cls.family
+        """``prime, ell=4`` (``prime, binary`` for the binary encoding); ``, shuffled`` with index
+        shuffling, ``, bound-trained`` for a model trained on the valid bound (unmarked Prime rows are
+        trained on the paper objective, as the published models)."""
+        text = f"{cls.family}, binary" if cfg.encoding == "binary" else f"{cls.family}, ell={cfg.ell}"
+        return text + (", shuffled" if cfg.shuffle else "") + (", bound-trained" if cfg.objective == "bound" else "")
 
     def denoiser(self, t: torch.Tensor | None = None):
-        """This network as a ``prime.bounds`` denoiser callable: y_t (B, L, ell) -> raw logits (B, L, C)."""
+        """This network as a ``prime.bounds`` denoiser callable: y_t (B, L, ell) -> raw logits (B, L, C)
+        indexed by code; score ``self.codes(x0)`` with it (the token ids themselves without shuffling)."""
 
         def call(y_t: torch.Tensor) -> torch.Tensor:
             tt = None
@@ -285,9 +404,15 @@ class Prime(MaskedDiffusion):
                 if t is None:
                     raise ValueError("a time-conditioned network needs a fixed t to act as a time-independent denoiser")
                 tt = t.expand(y_t.shape[0])
-            return self.backbone(y_t, tt)
+            return self.to_code_space(self.backbone(y_t, tt))
 
         return call
+
+
+def _sync_shuffle(module: Prime, keys) -> None:
+    """After a state dict is loaded: check the stored permutation and rebuild its inverse."""
+    check_permutation(module.code_of, module.vocab_size)
+    module.token_of.copy_(torch.argsort(module.code_of))
 
 
 MODELS.register("prime", Prime)

@@ -148,3 +148,34 @@ def consistent(y_t: torch.Tensor, C: int, base: int, ell: int) -> torch.Tensor:
         y_j = y_t[..., j, None]  # (..., 1)
         ok &= (table[:, j] == y_j) | (y_j == mask_id(base))
     return ok
+
+
+def binary_ell(C: int) -> int:
+    """MDM-Prime-v2's binary encoding: ell = ceil(log2 C) digits of base 2 (1 for C <= 2), computed
+    with integers: (C - 1).bit_length()."""
+    if isinstance(C, bool) or not isinstance(C, int) or C < 1:
+        raise PrimebenchError(f"vocabulary size C must be an integer >= 1, got {C!r}", fix="pass e.g. C=50257")
+    return max(1, (C - 1).bit_length())
+
+
+def token_permutation(C: int, seed: int) -> torch.Tensor:
+    """Index shuffling (MDM-Prime-v2): a seeded permutation ``code_of`` (C,) int64 of the token ids,
+    token x is encoded as the digits of ``code_of[x]``. It permutes [0, C) only, so codes >= C stay
+    invalid (carry-over still gives them nothing); drawn on the CPU with ``torch.randperm`` from a
+    generator seeded with ``seed``, so the same seed gives the same permutation on every machine."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise PrimebenchError(f"the shuffle seed must be an integer >= 0, got {seed!r}", fix="set model.shuffle_seed")
+    return torch.randperm(C, generator=torch.Generator().manual_seed(seed))
+
+
+def check_permutation(code_of: torch.Tensor, C: int) -> None:
+    """Raise unless ``code_of`` (C,) is a permutation of 0..C-1 (a stored shuffle read back)."""
+    if code_of.shape != (C,) or code_of.dtype != torch.long:
+        raise PrimebenchError(
+            f"the stored token shuffle has shape {tuple(code_of.shape)} and dtype {code_of.dtype}, not ({C},) int64",
+            fix="the checkpoint does not belong to this vocabulary: load it with its own tokenizer",
+        )
+    if not torch.equal(torch.sort(code_of.cpu()).values, torch.arange(C)):
+        raise PrimebenchError(
+            "the stored token shuffle is not a permutation of the token ids", fix="the checkpoint is corrupt: retrain"
+        )

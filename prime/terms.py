@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from harness.errors import PrimebenchError
-from prime.subtokens import mask_id
+from prime.subtokens import encode, mask_id
 
 
 def restricted_log_probs(
@@ -110,9 +110,11 @@ def fused_prime_terms(
     (default: tokens with a masked sub-token), as :func:`token_joint_nll_terms`. One exp over
     (B, L, base**ell) and reshaped sums replace the log-softmax and the scatters; a marginal that
     underflows float32 (< e^-87 of the largest allowed code) is recomputed exactly with logsumexp.
+    Differentiable: training minimises these terms (the ``bound`` objective), and no gradient is NaN.
     """
     x = restricted_padded_logits(logits, y_t, C=C, base=base, ell=ell, carry_over=carry_over)
-    top = x.amax(-1, keepdim=True)  # finite: V(y_t^i) is never empty
+    # finite: V(y_t^i) is never empty; detached, as the terms do not depend on it (training's backward)
+    top = x.detach().amax(-1, keepdim=True)
     e = torch.exp(x - top)
     sums, total = digit_sums(e, base=base, ell=ell) if "subtoken" in estimators else (None, e.sum(-1, keepdim=True))
     out = []
@@ -123,17 +125,36 @@ def fused_prime_terms(
             out.append(torch.where(scored, -true, torch.zeros_like(true)))
         elif name == "subtoken":
             true = sums.gather(-1, y0[..., None]).squeeze(-1)  # (B, L, ell)
-            log_marg = torch.log(true) - torch.log(total)
-            under = masked & (true == 0)
+            tiny = torch.finfo(true.dtype).tiny
+            # a mass below the smallest normal number has lost precision (or is 0): recomputed below;
+            # the floor keeps log and its gradient finite there
+            log_marg = torch.log(true.clamp_min(tiny)) - torch.log(total)
+            under = masked & (true < tiny)
             if bool(under.any()):
                 rows = under.any(-1)
-                xr = x[rows]
-                exact = subtoken_log_marginals(xr, base=base, ell=ell) - torch.logsumexp(xr, -1)[:, None, None]
-                log_marg[rows] = exact.gather(-1, y0[rows][..., None]).squeeze(-1)
+                log_marg = log_marg.index_put((rows,), true_digit_log_marginals(x[rows], y0[rows], base=base, ell=ell))
             out.append(torch.where(masked, -log_marg, torch.zeros_like(log_marg)).sum(-1))
         else:
             raise ValueError(f"unknown estimator {name!r}: use 'subtoken' (bound) or 'token_joint' (paper objective)")
     return out
+
+
+def true_digit_log_marginals(x: torch.Tensor, y0: torch.Tensor, *, base: int, ell: int) -> torch.Tensor:
+    """(N, base**ell) padded restricted logits, (N, ell) true digits -> (N, ell) log p(y^j = y0^j | y_t),
+    by logsumexp over the codes whose digit j is y0^j, in log space (no underflow).
+
+    Only the true digit's marginal is formed: its codes include x_0 itself, which is finite, so the
+    logsumexp and its gradient are finite, where the marginals of values no code in V(y_t) spells
+    (all -inf) would give NaN gradients (:func:`subtoken_log_marginals` forms those too)."""
+    digits = encode_codes(base**ell, base, ell, x.device)  # (base**ell, ell)
+    keep = digits[None] == y0[:, None, :]  # (N, base**ell, ell)
+    picked = x[..., None].masked_fill(~keep, float("-inf"))
+    return torch.logsumexp(picked, dim=1) - torch.logsumexp(x, dim=-1, keepdim=True)
+
+
+def encode_codes(n: int, base: int, ell: int, device) -> torch.Tensor:
+    """(n, ell) digits of the codes 0..n-1, most significant first."""
+    return encode(torch.arange(n, device=device), base, ell)
 
 
 def subtoken_log_marginals(log_probs: torch.Tensor, *, base: int, ell: int) -> torch.Tensor:
@@ -184,4 +205,5 @@ __all__ = [
     "subtoken_log_marginals",
     "subtoken_nll_terms",
     "token_joint_nll_terms",
+    "true_digit_log_marginals",
 ]

@@ -255,14 +255,28 @@ class MaskedDiffusion(ModelFamily):
         )
 
     def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
-        """The training objective per token (nats), one corruption per sequence, stratified over the batch."""
+        """The training objective per token (nats), one corruption per sequence, stratified over the batch.
+
+        The terms are :meth:`nll_terms` of :attr:`train_estimator`, the one implementation that
+        :meth:`nll` (``eval ppl``) scores with, under :attr:`train_sampler`'s draw; K = 1 stratified
+        over the batch is also ``eval ppl``'s draw, so a model trained on its bound is trained on the
+        very estimator it is graded by (divided by the token count)."""
         self.check_tokens(x0)
         tokens = self.scored_tokens(x0, attention_mask, None)
         units = self.units(x0)
         u = diffusion.batch_stratified_uniform(x0.shape[0], generator=generator, device=x0.device)
         z_t, masked, weight, t = self.corrupt(units, u, self.unit_mask(tokens), self.train_sampler, generator)
-        log_p = self.log_probs(z_t, None if t is None else t.float(), attention_mask)
-        nats = self.unit_terms(log_p, x0, units, masked, self.train_estimator, tokens).sum(-1)
+        (terms,) = self.nll_terms(
+            z_t,
+            None if t is None else t.float(),
+            masked,
+            attention_mask=attention_mask,
+            x0=x0,
+            units=units,
+            estimators=[self.train_estimator],
+            scored=tokens,
+        )
+        nats = terms.sum(-1)
         return (weight.to(torch.float32) * nats).sum() / tokens.sum().clamp_min(1)
 
     @torch.no_grad()

@@ -21,7 +21,18 @@ from typing import Any
 
 from harness.errors import InputError
 
-MODELS = ("arm", "bd3lm", "mdlm", "masked", "prime2", "prime4")
+MODELS = (
+    "arm",
+    "bd3lm",
+    "mdlm",
+    "masked",
+    "prime2",
+    "prime4",
+    "prime2-bound",
+    "prime4-bound",
+    "primebin",
+    "primebin-bound",
+)
 PPL = dict(estimator="both", batch_size=32, mc_samples=4, seed=0)
 GENPPL = dict(samples=32, batch_size=16, method="gumbel", seed=0)
 ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=8, batch_size=32, limit=None, seed=0)
