@@ -356,12 +356,21 @@ class Prime(MaskedDiffusion):
         return decode(y, self.base) >= self.vocab_size
 
     @classmethod
-    def toy_bound_audit(cls, C: int, ell: int, L: int, *, seeds: int, seed: int):
+    def toy_bound_audit(cls, C: int, ell: int | str, L: int, *, seeds: int, seed: int, shuffle_seed: int | None = None):
         """The bound audit's enumeration on toy denoisers of this family (:func:`prime.toy_audit.toy_audit`):
-        a :class:`harness.audit.bound.BoundAudit` of exact NLL, sub-token bound and token-joint objective."""
+        a :class:`harness.audit.bound.BoundAudit` of exact NLL, sub-token bound and token-joint objective.
+        ``ell``: digits per token, or ``"binary"`` (ceil(log2 C))."""
         from prime.toy_audit import toy_audit
 
-        return toy_audit(C, ell, L, seeds=seeds, seed=seed)
+        return toy_audit(C, ell, L, seeds=seeds, seed=seed, shuffle_seed=shuffle_seed)
+
+    @classmethod
+    def unigram_bound_audit(cls, p: torch.Tensor, *, name: str, shuffle_seed: int | None = 0, protocol=None):
+        """The ideal one-token model of the law ``p`` (C,) at ell = 1, 2, 4 and binary, without and with
+        index shuffling, by enumeration (:func:`prime.toy_audit.unigram_audit`)."""
+        from prime.toy_audit import unigram_audit
+
+        return unigram_audit(p, name=name, shuffle_seed=shuffle_seed, protocol=protocol)
 
     # -- facts ------------------------------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:

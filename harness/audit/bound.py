@@ -11,6 +11,9 @@ This module computes, in nats per token:
   under its data distribution (for a random network, its own distribution p_theta, enumerated over
   all C^L sequences), so "exact" is then an entropy. The enumeration belongs to the Prime family
   (``prime.toy_audit``), which this module reaches through the model registry;
+* :func:`unigram_audit`: the ideal one-token model of a real corpus's unigram law at ell = 1, 2, 4
+  and binary (MDM-Prime-v2's ceil(log2 C)), with and without index shuffling, where exact NLL and
+  sub-token bound are the entropy and the paper objective falls below it;
 * :func:`checkpoint_audit`: Monte Carlo with standard errors for a trained model on given rows
   (Prime: both estimators; MDLM / masked: the bound; ARM: the exact NLL);
   :func:`audit_checkpoint` loads a checkpoint and scores rows of its validation split with it.
@@ -179,18 +182,59 @@ class BoundAudit:
 # --------------------------------------------------------------------------------------------
 
 
-def toy_audit(C: int = 6, ell: int = 2, L: int = 2, *, seeds: int = 3, seed: int = 0) -> BoundAudit:
+def toy_audit(
+    C: int = 6, ell: int | str = 2, L: int = 2, *, seeds: int = 3, seed: int = 0, shuffle_seed: int | None = None
+) -> BoundAudit:
     """Enumerated exact NLL, sub-token bound and paper objective on toy models (nats/token).
 
     Toy models of C classes, ``ell`` sub-tokens per token and length L (C^L * 2^(L*ell) states at
     most, L*ell <= 16). Rows: the reference worked example; for each of ``seeds`` seeds from
     ``seed``, the ideal model of random one-token data p ~ Dirichlet(1) (exact = data entropy), and
-    a random table denoiser of shape (C, ell, L) scored on its own distribution. The enumeration is
+    a random table denoiser of shape (C, ell, L) scored on its own distribution. ``ell="binary"``:
+    ceil(log2 C) digits of base 2 (MDM-Prime-v2); ``shuffle_seed``: the ideal rows' classes are
+    relabelled by that seed's permutation (index shuffling) before encoding. The enumeration is
     the Prime family's (its ``toy_bound_audit``), found by name in the model registry.
     """
     from harness.models import family_class
 
-    return family_class("prime").toy_bound_audit(C, ell, L, seeds=seeds, seed=seed)
+    return family_class("prime").toy_bound_audit(C, ell, L, seeds=seeds, seed=seed, shuffle_seed=shuffle_seed)
+
+
+#: rows the unigram audit packs its train split in (the ``small`` and ``quickstart`` configs' length)
+UNIGRAM_SEQ_LEN = 128
+
+
+def unigram_audit(tokenizer: str, *, corpus: str = "wiki-embedded", shuffle_seed: int | None = 0) -> BoundAudit:
+    """The ideal one-token model of a real corpus's unigram law, at ell = 1, 2, 4 and binary, without
+    and with index shuffling (nats/token): exact NLL = sub-token bound = the law's entropy, and the
+    paper objective below it by the amounts the rows show.
+
+    The law is the add-one unigram of ``corpus``'s train split under ``tokenizer`` (a spec such as
+    ``bpe:1000``, trained on that corpus as the training configs do), packed in rows of 128 tokens
+    with EOS between documents as the ``small`` configs train: the unigram reference that ``eval
+    ppl`` prints, so no class has probability 0. The sums over mask patterns are the Prime
+    family's (its ``unigram_bound_audit``)."""
+    from harness.data import get_corpus, get_packed, get_tokenizer
+    from harness.metrics.references import SMOOTHING, fit_counts
+    from harness.models import family_class
+
+    source = get_corpus(corpus)
+    tok = get_tokenizer(tokenizer, corpus=source)
+    split = "train"
+    if not source.splits.get(split):
+        raise PrimebenchError(f"{corpus} has no {split!r} text to fit a unigram law on", fix="choose another corpus")
+    packed = get_packed(source, split, tok, seq_len=UNIGRAM_SEQ_LEN)
+    counts = fit_counts(packed.input_ids, packed.attention_mask, vocab_size=tok.vocab_size).n
+    p = (counts + 1.0) / (counts.sum() + tok.vocab_size)
+    protocol = {
+        "corpus": f"{corpus}:{split}",
+        "tokenizer": tokenizer,
+        "packing": {"seq_len": UNIGRAM_SEQ_LEN, "wrap": True, "eos_between_docs": True},
+        "tokens_counted": int(counts.sum()),
+        "smoothing": SMOOTHING["unigram"],
+    }
+    name = f"{corpus}:{split} under {tokenizer}"
+    return family_class("prime").unigram_bound_audit(p, name=name, shuffle_seed=shuffle_seed, protocol=protocol)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,6 +401,7 @@ __all__ = [
     "audit_checkpoint",
     "checkpoint_audit",
     "toy_audit",
+    "unigram_audit",
     "BELOW",
     "ABOVE",
     "UNITS",

@@ -152,3 +152,73 @@ def test_release_checkpoints_by_prefix_as_every_audit_takes_them(release_files, 
     assert rec["model"]["checkpoint_sha256"]
     (row,) = rec["rows"]
     assert {k: v["kind"] for k, v in row["metrics"].items()} == families
+
+
+# --- MDM-Prime-v2's encodings: binary digits and index shuffling ------------------------------------
+
+
+def test_binary_toys_are_enumerated_with_ceil_log2_C_digits():
+    audit = toy_audit(16, "binary", 1, seeds=2, seed=1)
+    assert audit.protocol["ell"] == 4 and audit.protocol["encoding"] == "binary"
+    ideal = [r for r in audit.rows if r.name.startswith("ideal")]
+    assert all("ell=4 binary" in r.name for r in ideal)
+    for r in ideal:
+        assert r.exact_nll == pytest.approx(r.data_entropy, abs=1e-9) and r.verdict == BELOW
+    assert audit.subtoken_always_holds
+    res = _invoke("--toy", "8,binary,2", "--seeds", "1", "--json")  # 3 digits x 2 tokens: 6 units
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["protocol"]["ell"] == 3
+    res = _invoke("--toy", "6,ternary,2")
+    assert res.exit_code != 0 and "binary" in res.output
+
+
+def test_a_shuffle_relabels_the_ideal_rows_data():
+    """Shuffling the classes of the ideal model's data changes which codes share digits, so the paper
+    objective moves; the exact NLL is the entropy either way."""
+    plain = toy_audit(12, 2, 1, seeds=1, seed=4)
+    mixed = toy_audit(12, 2, 1, seeds=1, seed=4, shuffle_seed=1)
+    a, b = (next(r for r in audit.rows if r.name.startswith("ideal")) for audit in (plain, mixed))
+    assert a.exact_nll == pytest.approx(b.exact_nll, abs=1e-12)
+    assert abs(a.token_joint - b.token_joint) > 1e-3 and "shuffled by seed 1" in b.name
+    assert mixed.protocol["shuffle_seed"] == 1
+
+
+@pytest.mark.parametrize("C, ell", [(12, 2), (12, 4), (7, 3), (16, 4), (30, 5)])
+def test_the_ideal_one_token_closed_form_equals_enumeration(C, ell):
+    from prime.toy import ConstantDenoiser
+    from prime.toy_audit import _expectations, ideal_one_token
+
+    g = torch.Generator().manual_seed(C + ell)
+    p = -(torch.log(torch.rand(C, generator=g, dtype=torch.float64)) ** 3)  # a skewed law
+    p = p / p.sum()
+    closed = ideal_one_token(p, ell)
+    enumerated = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
+    assert closed == pytest.approx(enumerated, abs=1e-10)
+
+
+def test_unigram_audit_of_the_embedded_corpus():
+    res = _invoke("--unigram", "bytes", "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.output)
+    rows = {row["protocol"]["case"]: row for row in rec["rows"]}
+    assert rec["protocol"]["tokenizer"] == "bytes" and rec["protocol"]["tokens_counted"] > 100_000
+    names = list(rows)
+    assert len(names) == 7 and "ell=9 binary, shuffled by seed 0" in names[-1]  # 257 byte-level ids
+    H = rows[names[0]]["metrics"]["exact_nll"]["value"]
+    assert 3.0 < H < math.log(257)
+    previous = None
+    for name, row in rows.items():
+        m = row["metrics"]
+        assert m["exact_nll"]["value"] == pytest.approx(H) and m["subtoken_bound"]["value"] == pytest.approx(H)
+        if "ell=1" in name:
+            assert m["token_joint"]["value"] == pytest.approx(H)
+        else:
+            assert m["token_joint"]["value"] < H - 0.05 and row["verdict"].startswith("paper objective is BELOW")
+        if "shuffled" not in name and "ell=1" not in name:
+            assert previous is None or m["token_joint"]["value"] < previous  # the gap grows with ell
+            previous = m["token_joint"]["value"]
+    for bad in (["--unigram", "bytes", "--toy", "6,2,2"], ["--unigram", "bytes", "some-checkpoint"]):
+        res = _invoke(*bad)
+        assert res.exit_code == 2 and "--unigram" in res.output
+    res = _invoke("--unigram", "nonsense:3")
+    assert res.exit_code != 0 and "Traceback" not in res.output
