@@ -165,8 +165,12 @@ class BoundAudit:
             from harness.models import family_class
 
             prime = family_class("prime")
-            label = prime.label(prime.config_class(family="prime", ell=self.protocol.get("ell", 1)))
-            model = {"name": "toy models", "family": "prime", "label": label, "order": prime.table_order}
+            if self.protocol.get("source") == "unigram":  # one ideal model per encoding
+                name, label = "ideal unigram models", f"prime, ell in {', '.join(self.protocol['ells'])}"
+            else:
+                name = "toy models"
+                label = prime.label(prime.config_class(family="prime", ell=self.protocol.get("ell", 1)))
+            model = {"name": name, "family": "prime", "label": label, "order": prime.table_order}
         return make_record(
             "bound",
             model=model,
