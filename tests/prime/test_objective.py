@@ -7,6 +7,8 @@ network, on tiny time-independent models with random weights, so every check cou
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -137,3 +139,26 @@ def test_objective_is_a_config_key_named_in_labels_protocol_and_hparams():
     assert paper.train_estimator == "token_joint"
     with pytest.raises(ConfigError, match="model.objective"):
         load_config("tiny/prime", ["model.objective=elbo"])
+
+
+def test_a_bound_trained_checkpoint_names_its_objective_in_training_and_evaluation(trained):
+    """`tiny/prime-bound` trains (finite, lower than at the start), and every evaluation record says so."""
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    from harness.evaluation.ppl import run_ppl
+
+    run = trained("prime-bound")
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    losses = [row["loss"] for row in log if "loss" in row]
+    assert all(math.isfinite(v) for v in losses) and min(losses[-5:]) < losses[0]
+    assert "objective: bound" in (run / "config.yaml").read_text()
+    rec = run_ppl(run, max_rows=4, estimator="both")
+    assert rec["protocol"]["objective"] == "bound" and rec["model"]["label"] == "prime, ell=2, bound-trained"
+    paper = run_ppl(trained("prime"), max_rows=4)
+    assert paper["protocol"]["objective"] == "paper" and paper["model"]["label"] == "prime, ell=2"
+    res = CliRunner().invoke(main, ["audit", "bound", str(run), "--max-rows", "4", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["protocol"]["objective"] == "bound"
