@@ -7,6 +7,12 @@ positions and outputs C logits per token; the joint over a token's sub-tokens is
 those logits restricted to V(y_t^i), the valid codes consistent with its unmasked sub-tokens
 (carry-over; ``carry_over=False`` is the paper's ablation, a softmax over all C).
 
+MDM-Prime-v2's encodings are options (``docs/prime-v2.md``): ``encoding="binary"`` takes base 2 and
+ell = ceil(log2 C); ``shuffle`` encodes token x as the digits of ``code_of[x]``, a seeded permutation
+of [0, C) kept as a buffer (saved with the weights); ``embedding="sum"`` sums one table per digit
+position instead of concatenating, for a d_model that ell does not divide. The network's C outputs
+are indexed by token id; the restriction, marginals and digits are computed over codes.
+
 Two likelihood numbers, never to be confused (see ``prime.bounds``):
 
 * ``estimator="subtoken"`` (default): the valid continuous-time bound, weight times the sum over
