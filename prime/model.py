@@ -75,6 +75,25 @@ ENCODINGS = ("digits", "binary")
 OBJECTIVES = {"paper": TOKEN_JOINT.name, "bound": SUBTOKEN.name}
 
 
+_CHOICES = {
+    "objective": (
+        tuple(OBJECTIVES),
+        "'paper' (the published L_vb, not a bound) or 'bound' (the valid sub-token bound)",
+    ),
+    "encoding": (ENCODINGS, "'digits' (ell digits of the smallest base b with b^ell >= C) or 'binary' (base 2)"),
+    "embedding": (LAYOUTS, "'concat' (ell pieces of d_model/ell) or 'sum' (one table per digit, summed)"),
+}
+
+
+def check_choices(**values: str) -> None:
+    """Raise a ConfigError naming ``model.KEY`` for a value of ``objective``, ``encoding`` or
+    ``embedding`` that is not one of its choices (the config's check and the constructor share it)."""
+    for key, value in values.items():
+        choices, meaning = _CHOICES[key]
+        if value not in choices:
+            raise ConfigError(f"model.{key} must be one of {list(choices)}, got {value!r}", fix=f"use {meaning}")
+
+
 @dataclass(frozen=True)
 class PrimeConfig(MDLMConfig):
     """Prime adds ``ell`` sub-tokens per token and ``carry_over`` (restrict the joint to V(y_t^i))."""
@@ -88,18 +107,7 @@ class PrimeConfig(MDLMConfig):
     shuffle_seed: int = 0
 
     def check(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(
-                f"model.objective must be one of {list(OBJECTIVES)}, got {self.objective!r}",
-                fix="use 'paper' (the published L_vb, not a bound) or 'bound' (the valid sub-token bound)",
-            )
-        if self.encoding not in ENCODINGS:
-            raise ConfigError(
-                f"model.encoding must be one of {list(ENCODINGS)}, got {self.encoding!r}",
-                fix="use 'digits' (ell digits of the smallest base b with b^ell >= C) or 'binary' (base 2)",
-            )
-        if self.embedding not in LAYOUTS:
-            raise ConfigError(f"model.embedding must be one of {list(LAYOUTS)}, got {self.embedding!r}")
+        check_choices(objective=self.objective, encoding=self.encoding, embedding=self.embedding)
         if self.shuffle_seed < 0:
             raise ConfigError(f"model.shuffle_seed must be >= 0, got {self.shuffle_seed}")
         if self.ell < 1:
@@ -133,10 +141,7 @@ class Prime(MaskedDiffusion):
         shuffle_seed: int = 0,
         **kwargs: Any,
     ):
-        if objective not in OBJECTIVES:
-            raise ConfigError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
-        if encoding not in ENCODINGS:
-            raise ConfigError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
+        check_choices(objective=objective, encoding=encoding, embedding=embedding)
         if encoding == "binary":
             derived = binary_ell(int(vocab_size))
             if ell not in (None, 1, derived):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from harness.errors import PrimebenchError
-from prime.subtokens import encode, mask_id
+from prime.subtokens import digit_table, mask_id
 
 
 def restricted_log_probs(
@@ -146,15 +146,10 @@ def true_digit_log_marginals(x: torch.Tensor, y0: torch.Tensor, *, base: int, el
     Only the true digit's marginal is formed: its codes include x_0 itself, which is finite, so the
     logsumexp and its gradient are finite, where the marginals of values no code in V(y_t) spells
     (all -inf) would give NaN gradients (:func:`subtoken_log_marginals` forms those too)."""
-    digits = encode_codes(base**ell, base, ell, x.device)  # (base**ell, ell)
+    digits = digit_table(base**ell, base, ell, device=x.device)  # (base**ell, ell), cached
     keep = digits[None] == y0[:, None, :]  # (N, base**ell, ell)
     picked = x[..., None].masked_fill(~keep, float("-inf"))
     return torch.logsumexp(picked, dim=1) - torch.logsumexp(x, dim=-1, keepdim=True)
-
-
-def encode_codes(n: int, base: int, ell: int, device) -> torch.Tensor:
-    """(n, ell) digits of the codes 0..n-1, most significant first."""
-    return encode(torch.arange(n, device=device), base, ell)
 
 
 def subtoken_log_marginals(log_probs: torch.Tensor, *, base: int, ell: int) -> torch.Tensor:

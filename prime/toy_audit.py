@@ -83,6 +83,26 @@ def _ell_text(C: int, ell: int | str) -> str:
     return f"ell={resolve_ell(C, ell)} binary" if ell == "binary" else f"ell={ell}"
 
 
+def _row(name: str, values: tuple[float, float, float], entropy: float, tokens: float = 1.0) -> BoundRow:
+    """One enumerated row: (exact, sub-token bound, paper objective) nats/token and the entropy of
+    its data (the model's own for a table denoiser)."""
+    exact, sub, tok = values
+    return BoundRow(
+        name=name,
+        method="enumeration",
+        family="toy",
+        exact_nll=exact,
+        subtoken_bound=sub,
+        token_joint=tok,
+        data_entropy=entropy,
+        tokens=tokens,
+    )
+
+
+def _shuffled_text(shuffle_seed: int | None) -> str:
+    return "" if shuffle_seed is None else f", shuffled by seed {shuffle_seed}"
+
+
 def toy_audit(
     C: int = 6, ell: int | str = 2, L: int = 2, *, seeds: int = 3, seed: int = 0, shuffle_seed: int | None = None
 ) -> BoundAudit:
@@ -103,19 +123,9 @@ def toy_audit(
     _check_toy_size(C, ell, L)
     rows: list[BoundRow] = []
     ex = worked_example()
-    exact, sub, tok = _expectations(ex.denoiser, ex.x0, ex.p, C=ex.C, ell=ex.ell)
-    rows.append(
-        BoundRow(
-            name=f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)",
-            method="enumeration",
-            family="toy",
-            exact_nll=exact,
-            subtoken_bound=sub,
-            token_joint=tok,
-            data_entropy=data_entropy(ex.p),
-            tokens=1.0,
-        )
-    )
+    values = _expectations(ex.denoiser, ex.x0, ex.p, C=ex.C, ell=ex.ell)
+    name = f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)"
+    rows.append(_row(name, values, data_entropy(ex.p)))
     sequences = torch.tensor(list(itertools.product(range(C), repeat=L)), dtype=torch.long)
     for s in range(seed, seed + seeds):
         g = torch.Generator().manual_seed(s)
@@ -123,35 +133,13 @@ def toy_audit(
         p = gamma / gamma.sum()  # Dirichlet(1, ..., 1)
         if shuffle_seed is not None:
             p = shuffled(p, shuffle_seed)
-        exact, sub, tok = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
-        rows.append(
-            BoundRow(
-                name=f"ideal model, random data p (C={C}, {_ell_text(C, spelled)}, seed {s}"
-                + ("" if shuffle_seed is None else f", shuffled by seed {shuffle_seed}")
-                + ")",
-                method="enumeration",
-                family="toy",
-                exact_nll=exact,
-                subtoken_bound=sub,
-                token_joint=tok,
-                data_entropy=data_entropy(p),
-                tokens=1.0,
-            )
-        )
+        values = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
+        name = f"ideal model, random data p (C={C}, {_ell_text(C, spelled)}, seed {s}{_shuffled_text(shuffle_seed)})"
+        rows.append(_row(name, values, data_entropy(p)))
         den = TableDenoiser(C, ell, L, generator=torch.Generator().manual_seed(s))
-        exact, sub, tok = _expectations(den, sequences, None, C=C, ell=ell)
-        rows.append(
-            BoundRow(
-                name=f"random table denoiser (C={C}, {_ell_text(C, spelled)}, L={L}, seed {s})",
-                method="enumeration",
-                family="toy",
-                exact_nll=exact,
-                subtoken_bound=sub,
-                token_joint=tok,
-                data_entropy=exact,
-                tokens=float(L),
-            )
-        )
+        values = _expectations(den, sequences, None, C=C, ell=ell)
+        name = f"random table denoiser (C={C}, {_ell_text(C, spelled)}, L={L}, seed {s})"
+        rows.append(_row(name, values, values[0], tokens=float(L)))
     protocol = {
         "source": "toy",
         "C": C,
@@ -222,24 +210,14 @@ def unigram_audit(
     for spelled in ells:
         ell = resolve_ell(C, spelled)
         if ell > MAX_ENUMERATED_UNITS:
-            raise PrimebenchError(f"ell = {ell} exceeds the {MAX_ENUMERATED_UNITS} digits whose patterns are summed")
+            raise PrimebenchError(
+                f"ell = {ell} exceeds the {MAX_ENUMERATED_UNITS} digits whose 2^ell patterns are summed",
+                fix=f"use a vocabulary of at most 2^{MAX_ENUMERATED_UNITS} tokens",
+            )
         for seed in (None,) if ell == 1 or shuffle_seed is None else (None, shuffle_seed):
             law = p if seed is None else shuffled(p, seed)
-            exact, sub, tok = ideal_one_token(law, ell)
-            rows.append(
-                BoundRow(
-                    name=f"ideal unigram model of {name} (C={C}, {_ell_text(C, spelled)}"
-                    + ("" if seed is None else f", shuffled by seed {seed}")
-                    + ")",
-                    method="enumeration",
-                    family="toy",
-                    exact_nll=exact,
-                    subtoken_bound=sub,
-                    token_joint=tok,
-                    data_entropy=H,
-                    tokens=1.0,
-                )
-            )
+            case = f"ideal unigram model of {name} (C={C}, {_ell_text(C, spelled)}{_shuffled_text(seed)})"
+            rows.append(_row(case, ideal_one_token(law, ell), H))
     meta = {
         "source": "unigram",
         "data": name,

@@ -42,20 +42,24 @@ def test_binary_codes_round_trip_for_every_token_of_every_C_up_to_gpt2(ell):
     assert torch.equal(y[:, -1], x % 2) and torch.equal(y[:, 0], x >> (ell - 1))  # most significant first
 
 
-@pytest.mark.parametrize("C", [2, 3, 257, 1000, 1024, 1025, GPT2])
-def test_shuffled_binary_codes_round_trip_through_the_family(C):
-    model = build_model(
+def _shuffled_binary(C: int, *, shuffle_seed: int):
+    """A tiny shuffled binary Prime over C tokens (summed embeddings: any ell)."""
+    sizes = dict(d_model=8, n_layers=1, n_heads=2)
+    return build_model(
         "prime",
         vocab_size=C,
         seq_len=4,
         encoding="binary",
         embedding="sum",
         shuffle=True,
-        shuffle_seed=7,
-        d_model=8,
-        n_layers=1,
-        n_heads=2,
+        shuffle_seed=shuffle_seed,
+        **sizes,
     )
+
+
+@pytest.mark.parametrize("C", [2, 3, 257, 1000, 1024, 1025, GPT2])
+def test_shuffled_binary_codes_round_trip_through_the_family(C):
+    model = _shuffled_binary(C, shuffle_seed=7)
     x = torch.arange(C)
     codes = model.codes(x)
     assert sorted(codes.tolist()) == list(range(C))  # a permutation of [0, C): codes >= C stay invalid
@@ -145,30 +149,8 @@ def test_a_shuffled_model_samples_its_own_law(draw):
 
 def test_the_stored_permutation_is_used_and_checked_on_load(tmp_path):
     C = 37
-    model = build_model(
-        "prime",
-        vocab_size=C,
-        seq_len=4,
-        encoding="binary",
-        embedding="sum",
-        shuffle=True,
-        shuffle_seed=1,
-        d_model=8,
-        n_layers=1,
-        n_heads=2,
-    )
-    other = build_model(
-        "prime",
-        vocab_size=C,
-        seq_len=4,
-        encoding="binary",
-        embedding="sum",
-        shuffle=True,
-        shuffle_seed=2,
-        d_model=8,
-        n_layers=1,
-        n_heads=2,
-    )
+    model = _shuffled_binary(C, shuffle_seed=1)
+    other = _shuffled_binary(C, shuffle_seed=2)
     other.load_state_dict(model.state_dict())  # the stored permutation wins over the config's seed
     assert torch.equal(other.code_of, model.code_of) and torch.equal(other.token_of, model.token_of)
     bad = dict(model.state_dict(), code_of=torch.zeros(C, dtype=torch.long))
