@@ -46,6 +46,8 @@ class ARM(ModelFamily):
     token_by_token_sampler = "autoregressive"
     autoregressive = True
     samplers = ("autoregressive",)
+    forward_process = "none"
+    release_formats = ("ar-ckpt:", "hf:")
     estimators = (EXACT,)
     token_convention = (
         "exact NLL of the L-1 shifted targets of each row (the first token is given), as MDLM's AR baseline"
@@ -123,8 +125,10 @@ class ARM(ModelFamily):
         start = torch.full((x.shape[0], 1), self.start_id, dtype=x.dtype, device=x.device)
         return torch.cat([start, x], dim=1)
 
-    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
-        """(B, P) ids -> (B, P, C): position i holds log p(x^{i+1} = c | x^{<=i}).
+    def log_probs(
+        self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, P) ids -> (B, P, C): position i holds log p(x^{i+1} = c | x^{<=i}) (``t`` and ``x0`` unused).
 
         With a start token: (B, P) -> (B, P + 1, C), position i holds log p(x^i = c | x^{<i})."""
         if self.start_token:

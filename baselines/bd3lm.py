@@ -106,6 +106,7 @@ class BD3LM(MaskedDiffusion):
     config_class = BD3LMConfig
     table_order = 1
     samplers = ("ancestral", "first-hitting")
+    release_formats = ("bd3lm-hf:", "bd3lm-ckpt:")
     token_convention = (
         "all L positions of each row are scored, BOS/EOS included, as MDLM's NELBO (the BD3-LM code keeps "
         "the first token visible and unscored)"
@@ -158,6 +159,12 @@ class BD3LM(MaskedDiffusion):
     @classmethod
     def label(cls, cfg) -> str:
         return f"{cls.family}, block={cfg.block_size}"
+
+    bench_nll_cost_target = 2.5
+
+    @classmethod
+    def bench_variants(cls) -> tuple[dict[str, Any], ...]:
+        return ({"block_size": 16},)
 
     # -- the network ----------------------------------------------------------------------------
     def _layout(self, length: int, doubled: bool, device) -> tuple[torch.Tensor, torch.Tensor | None]:

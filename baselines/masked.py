@@ -20,6 +20,7 @@ class MaskedModel(MDLM):
     family = "masked"
     config_class = MaskedDiffusionConfig  # no time input, so no time_conditioning / cond_dim keys
     table_order = 2
+    release_formats = ()  # no release: MDLM's loaders build MDLM
     train_sampler = "n"
     default_time_sampler = "n"
 

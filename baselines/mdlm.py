@@ -39,6 +39,7 @@ class MDLM(MaskedDiffusion):
     family = "mdlm"
     config_class = MDLMConfig
     table_order = 1
+    release_formats = ("mdlm-hf:", "mdlm-ckpt:")
 
     def log_probs(
         self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None

@@ -46,7 +46,7 @@ def resolved_block(model, tokenizer) -> dict[str, Any]:
         "family": model.family,
         "vocab_size": model.vocab_size,
         "seq_len": model.seq_len,
-        "mask_id": getattr(model, "mask_id", None),
+        "mask_id": model.mask_id,
         "tokenizer": tokenizer.spec if tokenizer is not None else None,
     }
 

@@ -127,6 +127,7 @@ class Prime(MaskedDiffusion):
     config_class = PrimeConfig
     table_order = 3
     estimators = (SUBTOKEN, TOKEN_JOINT)
+    release_formats = ("prime-ckpt:",)
 
     def __init__(
         self,
@@ -405,6 +406,10 @@ class Prime(MaskedDiffusion):
         """Evaluate with (or without) carry-over whatever the checkpoint was trained with (the release
         trains some models without it and evaluates them with it); recorded in :meth:`protocol`."""
         self.carry_over = bool(carry_over)
+
+    @classmethod
+    def bench_variants(cls) -> tuple[dict[str, Any], ...]:
+        return ({"ell": 2}, {"ell": 4})
 
     @classmethod
     def label(cls, cfg) -> str:

@@ -122,27 +122,28 @@ def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repea
 
 
 def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=3, device="cpu"):
-    """Stage 4: ``model.nll`` of MDLM, masked, Prime (ell 2, 4) and BD3-LM (blocks of 16) per
-    Monte-Carlo sample over the ARM's exact NLL, same backbone size, ``C`` classes. Returns the ARM's
-    seconds, then one ratio per family. BD3-LM's network reads 2L positions (the noisy row and the
-    clean one) and scores L, so its target is 2.5x, not 1.25x."""
-    from harness.models import build_model
+    """Stage 4: ``model.nll`` of every registered Monte-Carlo family, under each of its
+    :meth:`~harness.models.base.ModelFamily.bench_variants` (Prime at ell 2 and 4, BD3-LM in blocks of
+    16), per Monte-Carlo sample over the exact family's NLL (the ARM), same backbone size, ``C``
+    classes. Returns the ARM's seconds, then one ratio per setting, each against its family's
+    ``bench_nll_cost_target`` (BD3-LM's network reads 2L positions and scores L, so 2.5x, not 1.25x)."""
+    from harness.models import build_model, family_class, family_names
 
     common = dict(vocab_size=C, seq_len=L, d_model=d, n_layers=layers, n_heads=heads)
     x0 = torch.randint(0, C, (B, L), generator=torch.Generator().manual_seed(0)).to(device)
     seconds = {}
+    families = sorted(family_names(), key=lambda name: (family_class(name).table_order, name))
+    exact = [n for n in families if not family_class(n).uses_time_sampler]  # the reference: an exact NLL
     cases = [
-        ("arm", {}),
-        ("mdlm", {}),
-        ("masked", {}),
-        ("prime", {"ell": 2}),
-        ("prime", {"ell": 4}),
-        ("bd3lm", {"block_size": 16}),
+        (n, keys)
+        for n in exact[:1] + [n for n in families if n not in exact]
+        for keys in family_class(n).bench_variants()
     ]
-    targets = {"bd3lm": 2.5}
+    targets = {}
     for family, extra in cases:
         model = build_model(family, **dict(common, **extra)).to(device).eval()
         label = family + "".join(f" {k.split('_')[0]}={v}" for k, v in extra.items())
+        targets[label] = model.bench_nll_cost_target
 
         def run(model=model):
             if model.uses_time_sampler:  # one Monte-Carlo corruption
@@ -159,7 +160,7 @@ def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=
                 Figure("nll: ARM exact NLL per forward", s, "seconds", None, None, {"C": C, "batch": B, "seq_len": L})
             )
             continue
-        ratio, target = s / arm, targets.get(label.split()[0], 1.25)
+        ratio, target = s / arm, targets[label]
         out.append(
             Figure(
                 f"nll: {label} per Monte-Carlo sample / ARM exact",

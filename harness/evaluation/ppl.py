@@ -169,7 +169,7 @@ def score_rows(
         "mc_samples": mc_samples if model.uses_time_sampler else None,
         "time_sampler": None
         if sampler is None
-        else time_sampler_text(sampler, getattr(model, "nelbo_block_size", None)) + f" [{sampler}]",
+        else time_sampler_text(sampler, model.nelbo_block_size) + f" [{sampler}]",
         "stderr_method": first.stderr_method,
         "schedule": model.hparams.get("schedule"),
         "ignore_bos": bool(ignore_bos),

@@ -139,7 +139,7 @@ class PrimebenchLM(LM):
         return {
             "kind": est.kind,
             "estimator": f"{est.description}; "
-            f"{time_sampler_text(self.time_sampler, getattr(self.model, 'nelbo_block_size', None))}; "
+            f"{time_sampler_text(self.time_sampler, self.model.nelbo_block_size)}; "
             "context never masked; "
             "K samples stratified over K",
             **self.model.protocol(),

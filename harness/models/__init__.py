@@ -2,8 +2,9 @@
 
 A model family wraps a :class:`~harness.backbone.Backbone` and owns its forward process, training
 loss, likelihood estimators and the facts the rest of the harness asks (:mod:`harness.models.base`).
-Families are registered by name (``arm``, ``mdlm``, ``bd3lm``, ``masked``, ``prime``) and built with
-:func:`build_model`::
+Families register themselves by name in their own modules (found by :func:`family_names`, which
+imports the modules of :data:`FAMILY_PACKAGES` and the ``primebench.families`` entry points) and are
+built with :func:`build_model`::
 
     from harness.models import build_model
     m = build_model("arm", vocab_size=257, seq_len=64, d_model=64, n_layers=2, n_heads=2)
@@ -28,14 +29,32 @@ from harness.registry import Registry
 
 MODELS: Registry[type[ModelFamily]] = Registry("model family")
 
-_FAMILY_MODULES = ("baselines.arm", "baselines.mdlm", "baselines.bd3lm", "baselines.masked", "prime.model")
+#: the packages whose modules may define families: every module in them is imported once, and a
+#: family registers itself in its own module (``MODELS.register(NAME, Class)``); nothing here names one
+FAMILY_PACKAGES = ("baselines", "prime")
+#: the entry-point group through which an installed distribution adds its own families
+ENTRY_POINT_GROUP = "primebench.families"
+_discovered = False
 
 
 def _ensure_registered() -> None:
+    """Import every module of :data:`FAMILY_PACKAGES` and load the :data:`ENTRY_POINT_GROUP` entry
+    points, so that every family has registered itself (once per process)."""
+    global _discovered
+    if _discovered:
+        return
     import importlib
+    import pkgutil
+    from importlib.metadata import entry_points
 
-    for name in _FAMILY_MODULES:
-        importlib.import_module(name)
+    for package in FAMILY_PACKAGES:
+        root = importlib.import_module(package)
+        for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
+            importlib.import_module(f"{package}.{info.name}")
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in MODELS:
+            point.load()
+    _discovered = True
 
 
 def family_class(name: str) -> type[ModelFamily]:
@@ -80,6 +99,8 @@ def label_of(model_cfg: ModelConfig) -> str:
 
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
+    "FAMILY_PACKAGES",
     "MODELS",
     "Estimator",
     "ModelConfig",

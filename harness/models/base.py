@@ -1,8 +1,14 @@
-"""What every model family is: a backbone, its config keys, and the facts the rest of the harness asks.
+"""The family contract: what every model family is and declares, checked when its class is made.
 
-A family is the only place that knows its own name. Evaluations, samplers, the lm-eval adapter and
-the records read these class attributes instead of comparing family names:
+A family is the only place that knows its own name. Evaluations, samplers, the lm-eval adapter, the
+jobs, the bench, the audits and the records read these declared facts instead of comparing family
+names or probing attributes with ``getattr``:
 
+* ``family``: its registered name; ``forward_process``: the corruption it learns to undo
+  (:data:`FORWARD_PROCESSES`: ``none`` for the exact autoregressive factorisation, ``absorbing`` for
+  the masked families);
+* ``release_formats``: the load prefixes (``mdlm-hf:``, ``prime-ckpt:``, ...) whose releases load
+  into it (:mod:`harness.models.sources`);
 * ``units_per_token``: 1 for whole-token models, ell for MDM-Prime's sub-tokens;
 * ``default_sampler`` / ``token_by_token_sampler``: the sampler a family uses, and the one-unit-per-call
   control that the precision audit runs beside it;
@@ -11,11 +17,23 @@ the records read these class attributes instead of comparing family names:
 * ``time_sampler()``: the corruption draw its ``nll`` uses ("t" or "n"; None when its NLL is exact),
   the one place that default is decided;
 * ``token_convention``: which tokens a row's NLL counts;
-* ``protocol()`` and ``label()``: what a record says about the model, and how a table names it.
+* block structure: ``nelbo_block_size`` (one corruption time per block in the NLL) and
+  ``sampling_block_size`` (blocks sampled one after the other), None without blocks;
+* ``start_token``: the network prepends its own start id (the autoregressive sampler then needs no
+  prefix); ``mask_id`` and ``time_conditioning`` for the diffusion families;
+* ``protocol()`` and ``label()``: what a record says about the model, and how a table names it;
+* ``bench_variants()``: the settings under which ``primebench bench`` times the family.
+
+The methods every family implements, with these signatures in every subclass, are the abstract
+ones of :class:`ModelFamily` (``log_probs``, ``loss``, ``nll``, ``greedy_matches``). A concrete
+family whose declared facts do not hold (no estimator, an unknown kind or forward process, a default
+sampler it does not list) is refused when its class is created; ``tests/harness/models/
+test_family_contract.py`` runs every registered family through the rest of the contract.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,10 +98,25 @@ class Estimator:
     description: str
 
 
-class ModelFamily(nn.Module):
-    """Base class: holds the backbone, the vocabulary size C and the sequence length L."""
+#: the kinds of number an estimator gives
+ESTIMATOR_KINDS = ("exact", "bound", "paper-objective")
+#: the forward processes a family can declare: ``none`` (no corruption: an exact factorisation) and
+#: ``absorbing`` (tokens or units jump to a mask state)
+FORWARD_PROCESSES = ("none", "absorbing")
+
+
+class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
+    """Base class: holds the backbone, the vocabulary size C and the sequence length L.
+
+    Abstract: a family implements :meth:`log_probs`, :meth:`loss`, :meth:`nll` and
+    :meth:`greedy_matches` and declares the class attributes below; :meth:`__init_subclass__`
+    checks the declarations of every concrete subclass that names its ``family``."""
 
     family: ClassVar[str] = ""
+    #: the corruption the family learns to undo, one of :data:`FORWARD_PROCESSES`
+    forward_process: ClassVar[str] = ""
+    #: the load prefixes of the releases that load into this family (:data:`harness.models.sources.PREFIXES`)
+    release_formats: ClassVar[tuple[str, ...]] = ()
     config_class: ClassVar[type[ModelConfig]] = ModelConfig
     #: sort rank of the family in tables (records carry it)
     table_order: ClassVar[int] = 99
@@ -104,6 +137,13 @@ class ModelFamily(nn.Module):
     #: blocks of this many tokens are sampled one after the other, each given the finished ones
     #: (BD3-LM, :mod:`harness.sampling.blocks`); None: the sampler draws the whole row at once
     sampling_block_size: int | None = None
+    #: the network prepends its own start id to every row (the autoregressive sampler needs no prefix)
+    start_token: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "family" in cls.__dict__ and cls.family:
+            check_declarations(cls)
 
     def __init__(self, *, vocab_size: int, seq_len: int, hparams: dict[str, Any]):
         super().__init__()
@@ -124,6 +164,22 @@ class ModelFamily(nn.Module):
     def may_decode_invalid_codes(self) -> bool:
         """Whether sampled units can decode to a code >= C (Prime without carry-over)."""
         return False
+
+    @property
+    def nelbo_block_size(self) -> int | None:
+        """One corruption time (or mask count) per block of this many tokens in the NLL (BD3-LM);
+        None: one per row, or no corruption at all."""
+        return None
+
+    #: ``primebench bench``'s bound on the cost of one Monte-Carlo NLL sample over the exact family's
+    #: NLL at the same backbone (BD3-LM's network reads 2L positions, so its bound is 2.5)
+    bench_nll_cost_target: ClassVar[float] = 1.25
+
+    @classmethod
+    def bench_variants(cls) -> tuple[dict[str, Any], ...]:
+        """The model keys of each setting ``primebench bench`` times this family under (one plain
+        setting by default)."""
+        return ({},)
 
     @property
     def nll_kind(self) -> str:
@@ -223,13 +279,18 @@ class ModelFamily(nn.Module):
         """The training loss, so that DistributedDataParallel's forward hooks see it."""
         return self.loss(x0, generator=generator, attention_mask=attention_mask)
 
-    def log_probs(self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None) -> torch.Tensor:
-        """(B, L[, ell]) inputs -> (B, L, C) log p_theta(x_0^i = c | z_t)."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def log_probs(
+        self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, L[, ell]) inputs -> (B, L, C) log p_theta(x_0^i = c | z_t). ``x0``: the clean tokens that
+        ``z_t`` corrupts, read only by a network that also sees clean tokens (BD3-LM's earlier blocks)."""
 
+    @abc.abstractmethod
     def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
-        raise NotImplementedError
+        """The training objective per token (nats), a scalar with a gradient."""
 
+    @abc.abstractmethod
     def nll(
         self,
         x0: torch.Tensor,
@@ -248,11 +309,17 @@ class ModelFamily(nn.Module):
         forward passes; a list of :class:`~harness.nll.NLL`, one per name, comes back. None: the
         default estimator alone, and one NLL comes back. ``num_samples``, ``generator`` and
         ``time_sampler`` drive the Monte-Carlo families (see :meth:`time_sampler`)."""
-        raise NotImplementedError
 
+    def masked_cross_entropy(
+        self, x0: torch.Tensor, *, rate: float, generator: torch.Generator | None = None, attention_mask=None
+    ) -> float | None:
+        """Mean -log p(x_0^i | z) over tokens masked at ``rate`` (the training health's context
+        check); None for a family that masks nothing (the ARM)."""
+        return None
+
+    @abc.abstractmethod
     def greedy_matches(self, x0: torch.Tensor, *, attention_mask=None, corruptible: torch.Tensor) -> torch.Tensor:
         """(B,) bool: the one-pass argmax reproduces every ``corruptible`` token (lm-eval's is_greedy)."""
-        raise NotImplementedError
 
     def score(
         self,
@@ -280,8 +347,45 @@ class ModelFamily(nn.Module):
         )
 
 
+def check_declarations(cls: type[ModelFamily]) -> None:
+    """Raise TypeError when the family class ``cls`` declares a fact wrongly (see the module docstring)."""
+
+    def refuse(what: str) -> None:
+        raise TypeError(f"model family {cls.family!r} ({cls.__qualname__}): {what}")
+
+    if cls.forward_process not in FORWARD_PROCESSES:
+        refuse(f"forward_process {cls.forward_process!r} is not one of {FORWARD_PROCESSES}")
+    if not cls.estimators:
+        refuse("declares no estimator")
+    for est in cls.estimators:
+        if est.kind not in ESTIMATOR_KINDS:
+            refuse(f"estimator {est.name!r} has kind {est.kind!r}, not one of {ESTIMATOR_KINDS}")
+    if len({e.name for e in cls.estimators}) != len(cls.estimators):
+        refuse("two estimators share a name")
+    if not cls.samplers or cls.default_sampler not in cls.samplers or cls.token_by_token_sampler not in cls.samplers:
+        refuse(
+            f"its default ({cls.default_sampler!r}) and token-by-token ({cls.token_by_token_sampler!r}) samplers "
+            f"must be among its samplers {cls.samplers}"
+        )
+    if not cls.token_convention:
+        refuse("declares no token convention")
+    if cls.uses_time_sampler != (cls.default_time_sampler is not None):
+        refuse("uses_time_sampler and default_time_sampler disagree")
+    if not (isinstance(cls.config_class, type) and issubclass(cls.config_class, ModelConfig)):
+        refuse("config_class is not a ModelConfig")
+
+
 def config_keys(cls: type[ModelConfig]) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
-__all__ = ["Estimator", "Generators", "ModelConfig", "ModelFamily", "config_keys"]
+__all__ = [
+    "ESTIMATOR_KINDS",
+    "FORWARD_PROCESSES",
+    "Estimator",
+    "Generators",
+    "ModelConfig",
+    "ModelFamily",
+    "check_declarations",
+    "config_keys",
+]

@@ -64,6 +64,7 @@ class MaskedDiffusion(ModelFamily):
     """Absorbing-mask diffusion over units; ``nll`` is the Monte-Carlo NELBO (an upper bound)."""
 
     config_class: ClassVar[type[ModelConfig]] = MaskedDiffusionConfig
+    forward_process = "absorbing"
     default_sampler = "ancestral"
     token_by_token_sampler = "first-hitting"
     estimators = (BOUND,)
@@ -173,11 +174,6 @@ class MaskedDiffusion(ModelFamily):
         "over the T steps (mdlm_joint_draw_law)"
     )
     samplers: ClassVar[tuple[str, ...]] = ("ancestral", "first-hitting", "maskgit")
-
-    @property
-    def nelbo_block_size(self) -> int | None:
-        """One time (or mask count) per block of this many tokens in the NELBO (BD3-LM); None: one per row."""
-        return None
 
     @property
     def unit_base(self) -> int:

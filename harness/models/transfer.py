@@ -80,11 +80,11 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokeniz
         "cond_dim": int(dit.sigma_map.mlp[0].out_features) if hasattr(dit, "sigma_map") else 0,
         "n_blocks": cfg.model.n_layers,
         "n_heads": cfg.model.n_heads,
-        "time_conditioning": bool(getattr(model, "time_conditioning", False)),
+        "time_conditioning": bool(model.time_conditioning),
     }
     if dit.causal:
         shape.update(causal=True)
-    elif getattr(model, "nelbo_block_size", None) is not None:  # BD3-LM: its block size and training range
+    elif model.nelbo_block_size is not None:  # BD3-LM: its block size and training range
         shape.update(bd3lm={"block_size": model.block_size, "train_clip": list(model.train_clip)})
     elif model.units_per_token > 1:
         shape.update(

@@ -83,13 +83,14 @@ for _spec in (
 
 
 def _samplers_of(model) -> tuple[str, ...]:
-    names = tuple(getattr(model, "samplers", ()))
-    if not names:
+    from harness.models.base import ModelFamily
+
+    if not isinstance(model, ModelFamily):
         raise PrimebenchError(
             f"no sampler knows the model {type(model).__name__}",
             fix="sample from a registered model family (harness.models.family_names())",
         )
-    return names
+    return model.samplers
 
 
 def sampler_for(model) -> str:
@@ -141,7 +142,7 @@ def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) ->
     has its own start token)."""
     L, C = int(model.seq_len), int(model.vocab_size)
     if spec.name == "autoregressive":
-        if prefix is None and bos_id is None and getattr(model, "start_token", False):
+        if prefix is None and bos_id is None and model.start_token:
             return torch.zeros((1, 0), dtype=torch.long)  # the model prepends its own start id
         if prefix is None and bos_id is None:
             raise PrimebenchError(
@@ -212,7 +213,7 @@ def _settings(
     if draw not in DRAWS:
         raise PrimebenchError(f"unknown ancestral draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
     if cache is None:  # the two-stage draw's cache is exact for every network
-        cache = draw == "two-stage" or not bool(getattr(model, "time_conditioning", False))
+        cache = draw == "two-stage" or not bool(model.time_conditioning)
     return SamplerSettings(
         steps=steps,
         temperature=temperature,
@@ -334,7 +335,7 @@ def generate(
     tokens, nfe, idle, steps_done, wall_s, stats = _merge(batches, wall)
     if model.may_decode_invalid_codes:
         stats.update(spec.notes)
-    time_cond = bool(getattr(model, "time_conditioning", False))
+    time_cond = bool(model.time_conditioning)
     protocol = {
         "sampler": spec.name,
         "family": model.family,

@@ -406,10 +406,12 @@ def test_plateau_warning_says_where_the_loss_is(val_loss, says):
     import torch
 
     from harness.health import Health
+    from tests.toys import tiny
 
+    model = tiny("arm", C=4, L=4)  # masks nothing: the warning alone is measured
     health = Health(3.1833, torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 4), half_step=1, diffusion=True, seed=0)
-    out = health.measure(object(), step=1, val_loss=val_loss, device="cpu")
+    out = health.measure(model, step=1, val_loss=val_loss, device="cpu")
     assert says in out["warning"]
-    assert "warning" not in health.measure(object(), step=2, val_loss=val_loss, device="cpu")  # warned once
+    assert "warning" not in health.measure(model, step=2, val_loss=val_loss, device="cpu")  # warned once
     below = Health(3.1833, torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 4), half_step=1, diffusion=True, seed=0)
-    assert "warning" not in below.measure(object(), step=1, val_loss=3.0, device="cpu")
+    assert "warning" not in below.measure(model, step=1, val_loss=3.0, device="cpu")
