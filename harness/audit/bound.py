@@ -161,16 +161,16 @@ class BoundAudit:
             )
         if checkpoint is not None:
             model = model_block(checkpoint, cfg)
-        else:  # the toy denoisers are Prime's sub-token models with the protocol's ell
-            from harness.models import family_class
+        else:  # the toy denoisers are sub-token models (Prime's) with the protocol's ell
+            from harness.models import family_of_kind
 
-            prime = family_class("prime")
+            prime = family_of_kind("paper-objective")
             if self.protocol.get("source") == "unigram":  # one ideal model per encoding
-                name, label = "ideal unigram models", f"prime, ell in {', '.join(self.protocol['ells'])}"
+                name, label = "ideal unigram models", f"{prime.family}, ell in {', '.join(self.protocol['ells'])}"
             else:
                 name = "toy models"
-                label = prime.label(prime.config_class(family="prime", ell=self.protocol.get("ell", 1)))
-            model = {"name": name, "family": "prime", "label": label, "order": prime.table_order}
+                label = prime.label(prime.config_class(family=prime.family, ell=self.protocol.get("ell", 1)))
+            model = {"name": name, "family": prime.family, "label": label, "order": prime.table_order}
         return make_record(
             "bound",
             model=model,
@@ -197,11 +197,13 @@ def toy_audit(
     a random table denoiser of shape (C, ell, L) scored on its own distribution. ``ell="binary"``:
     ceil(log2 C) digits of base 2 (MDM-Prime-v2); ``shuffle_seed``: the ideal rows' classes are
     relabelled by that seed's permutation (index shuffling) before encoding. The enumeration is
-    the Prime family's (its ``toy_bound_audit``), found by name in the model registry.
+    the Prime family's (its ``toy_bound_audit``), found in the model registry as the family with a
+    paper-objective estimator.
     """
-    from harness.models import family_class
+    from harness.models import family_of_kind
 
-    return family_class("prime").toy_bound_audit(C, ell, L, seeds=seeds, seed=seed, shuffle_seed=shuffle_seed)
+    prime = family_of_kind("paper-objective")
+    return prime.toy_bound_audit(C, ell, L, seeds=seeds, seed=seed, shuffle_seed=shuffle_seed)
 
 
 #: rows the unigram audit packs its train split in (the ``small`` and ``quickstart`` configs' length)
@@ -220,7 +222,7 @@ def unigram_audit(tokenizer: str, *, corpus: str = "wiki-embedded", shuffle_seed
     family's (its ``unigram_bound_audit``)."""
     from harness.data import get_corpus, get_packed, get_tokenizer
     from harness.metrics.references import SMOOTHING, fit_counts
-    from harness.models import family_class
+    from harness.models import family_of_kind
 
     source = get_corpus(corpus)
     tok = get_tokenizer(tokenizer, corpus=source)
@@ -238,7 +240,8 @@ def unigram_audit(tokenizer: str, *, corpus: str = "wiki-embedded", shuffle_seed
         "smoothing": SMOOTHING["unigram"],
     }
     name = f"{corpus}:{split} under {tokenizer}"
-    return family_class("prime").unigram_bound_audit(p, name=name, shuffle_seed=shuffle_seed, protocol=protocol)
+    prime = family_of_kind("paper-objective")
+    return prime.unigram_bound_audit(p, name=name, shuffle_seed=shuffle_seed, protocol=protocol)
 
 
 # --------------------------------------------------------------------------------------------

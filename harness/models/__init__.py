@@ -85,6 +85,22 @@ def families_offering(estimator: str) -> list[str]:
     return [n for n in family_names() if any(e.name == estimator for e in MODELS.get(n).estimators)]
 
 
+def family_of_kind(kind: str) -> type[ModelFamily]:
+    """The one registered family that offers an estimator of ``kind`` beside its others (the
+    ``paper-objective`` kind: MDM-Prime, whose enumerations the bound audit runs); an error naming
+    the families when none or several do."""
+    from harness.errors import PrimebenchError
+
+    found = [n for n in family_names() if any(e.kind == kind for e in MODELS.get(n).estimators)]
+    if len(found) != 1:
+        raise PrimebenchError(
+            f"{len(found)} registered families offer a {kind!r} estimator ({', '.join(found) or 'none'}); "
+            "this audit needs exactly one",
+            fix="register one family with that estimator kind",
+        )
+    return MODELS.get(found[0])
+
+
 def estimator_names() -> list[str]:
     """Every estimator name some family offers, in registry order (``eval ppl --estimator`` choices)."""
     names: list[str] = []
@@ -108,6 +124,7 @@ __all__ = [
     "build_model",
     "estimator_names",
     "families_offering",
+    "family_of_kind",
     "family_class",
     "family_names",
     "label_of",

@@ -164,3 +164,13 @@ def test_shared_code_never_probes_a_model_with_getattr_or_hasattr():
                 ):
                     offenders.append(f"{file.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_audits_find_their_family_by_what_it_offers():
+    from harness.errors import PrimebenchError
+    from harness.models import family_of_kind
+
+    found = family_of_kind("paper-objective")
+    assert any(e.kind == "paper-objective" for e in found.estimators) and hasattr(found, "toy_bound_audit")
+    with pytest.raises(PrimebenchError, match="families offer a 'bound' estimator"):
+        family_of_kind("bound")  # several families do: the audit would not know which
