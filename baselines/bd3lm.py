@@ -160,6 +160,24 @@ class BD3LM(MaskedDiffusion):
     def label(cls, cfg) -> str:
         return f"{cls.family}, block={cfg.block_size}"
 
+    def transfer_keys(self) -> dict[str, Any]:
+        return {self.family: {"block_size": self.block_size, "train_clip": list(self.train_clip)}}
+
+    @classmethod
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, common: dict[str, Any]):
+        from harness.errors import CheckpointError
+        from harness.models.bd3lm_import import build_bd3lm
+        from harness.models.release_config import config_size
+
+        where = str(common["where"]) + "/config.json"
+        block = section if isinstance(section, dict) else {}
+        shape = dict(shape, block_size=config_size(block, "block_size", where=where, label="bd3lm.block_size"))
+        clip = block.get("train_clip", [1e-3, 1.0])
+        if not (isinstance(clip, list) and len(clip) == 2 and all(isinstance(v, (int, float)) for v in clip)):
+            raise CheckpointError(f"{where}: bd3lm.train_clip is {clip!r}", fix="import the checkpoint again")
+        kept = {k: v for k, v in common.items() if k not in ("time_conditioning", "tokenizer_folder")}
+        return build_bd3lm(state, shape=shape, clip=(float(clip[0]), float(clip[1])), extra_keys=[], **kept)
+
     bench_nll_cost_target = 2.5
 
     @classmethod

@@ -411,6 +411,27 @@ class Prime(MaskedDiffusion):
     def bench_variants(cls) -> tuple[dict[str, Any], ...]:
         return ({"ell": 2}, {"ell": 4})
 
+    def transfer_keys(self) -> dict[str, Any]:
+        return {
+            self.family: {"ell": self.ell, "base": self.base, "carry_over": self.carry_over},
+            "vocab_out": self.vocab_size,
+        }
+
+    @classmethod
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, common: dict[str, Any]):
+        from harness.models.mdlm_import import build_prime
+        from harness.models.release_config import config_flag, config_size
+
+        where = str(common["where"]) + "/config.json"
+        prime = section if isinstance(section, dict) else {}
+        shape = dict(
+            shape,
+            vocab_out=config_size(doc, "vocab_out", where=where),
+            ell=config_size(prime, "ell", where=where, minimum=2, label="prime.ell"),
+        )
+        carry_over = config_flag(prime, "carry_over", where=where, default=True, label="prime.carry_over")
+        return build_prime(state, shape=shape, carry_over=carry_over, **common)
+
     @classmethod
     def label(cls, cfg) -> str:
         """``prime, ell=4`` (``prime, binary`` for the binary encoding); ``, shuffled`` with index

@@ -181,6 +181,26 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
         setting by default)."""
         return ({},)
 
+    # -- the imported-folder section (``primebench import``, :mod:`harness.models.transfer`) -------
+    def transfer_keys(self) -> dict[str, Any]:
+        """The keys this family adds to an imported folder's ``config.json`` beside the network's shape
+        (a section named after the family, e.g. ``{"bd3lm": {"block_size": 16, ...}}``); {} for none."""
+        return {}
+
+    @classmethod
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, common: dict[str, Any]):
+        """Build this family from an imported folder whose ``config.json`` (``doc``) holds its section
+        ``section`` (what :meth:`transfer_keys` wrote): ``state`` the network's tensors, ``shape`` the
+        network's sizes, ``common`` the loader's keyword arguments (tokenizer, source, device, ...).
+        Returns ``(model, tokenizer, cfg)``. Families without a section are loaded as the plain
+        absorbing-state network (MDLM's layout) and never reach here."""
+        from harness.errors import CheckpointError
+
+        raise CheckpointError(
+            f"{common.get('where')}: imported folders of the {cls.family} family are not supported",
+            fix="load its own checkpoint folder instead",
+        )
+
     @property
     def nll_kind(self) -> str:
         """The kind of number the default estimator gives."""

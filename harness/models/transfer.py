@@ -84,12 +84,8 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokeniz
     }
     if dit.causal:
         shape.update(causal=True)
-    elif model.nelbo_block_size is not None:  # BD3-LM: its block size and training range
-        shape.update(bd3lm={"block_size": model.block_size, "train_clip": list(model.train_clip)})
-    elif model.units_per_token > 1:
-        shape.update(
-            prime={"ell": model.ell, "base": model.base, "carry_over": model.carry_over}, vocab_out=model.vocab_size
-        )
+    else:  # the family's own section (BD3-LM's block size, Prime's ell and carry-over)
+        shape.update(model.transfer_keys())
     tensors = {f"backbone.{k}": v for k, v in dit.state_dict().items()}
     atomic_write_bytes(out / WEIGHTS, safetensors_bytes(tensors, {"format": "primebench-import/1"}))
     tokenizer.save(out / "tokenizer")
@@ -122,8 +118,7 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
     from safetensors.torch import load_file
 
     from harness.data import load_tokenizer
-    from harness.models.bd3lm_import import build_bd3lm
-    from harness.models.mdlm_import import build_ar, build_mdlm, build_prime, load_dit
+    from harness.models.mdlm_import import build_ar, build_mdlm, load_dit
     from harness.models.release_config import config_flag, config_size
 
     tensors = load_file(str(folder / WEIGHTS))
@@ -154,23 +149,11 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
             device=device,
             name=folder.name,
         )
-    if "prime" in doc:
-        prime = doc["prime"] if isinstance(doc["prime"], dict) else {}
-        shape.update(
-            vocab_out=config_size(doc, "vocab_out", where=where),
-            ell=config_size(prime, "ell", where=where, minimum=2, label="prime.ell"),
-        )
-        carry_over = config_flag(prime, "carry_over", where=where, default=True, label="prime.carry_over")
-        return build_prime(state, shape=shape, carry_over=carry_over, **common)
-    if "bd3lm" in doc:
-        block = doc["bd3lm"] if isinstance(doc["bd3lm"], dict) else {}
-        shape.update(block_size=config_size(block, "block_size", where=where, label="bd3lm.block_size"))
-        clip = block.get("train_clip", [1e-3, 1.0])
-        if not (isinstance(clip, list) and len(clip) == 2 and all(isinstance(v, (int, float)) for v in clip)):
-            raise CheckpointError(f"{where}: bd3lm.train_clip is {clip!r}", fix="import the checkpoint again")
-        common.pop("time_conditioning")
-        common.pop("tokenizer_folder")
-        return build_bd3lm(state, shape=shape, clip=(float(clip[0]), float(clip[1])), extra_keys=[], **common)
+    from harness.models import family_class, family_names
+
+    for name in family_names():  # a section named after a family: that family builds the model
+        if name in doc:
+            return family_class(name).load_transfer(state, shape=shape, section=doc[name], doc=doc, common=common)
     return build_mdlm(state, shape=shape, extra_keys=[], **common)
 
 
