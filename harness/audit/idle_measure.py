@@ -2,8 +2,9 @@
 
 Whether a masked unit unmasks in a step does not depend on the network (Zheng et al. Sec. 4.1;
 MDM-Prime Fig. 2 simulates exactly this), so the idle-step ratio can be measured with any denoiser.
-:func:`uniform_model` builds the registered family itself (MDLM for ell = 1, Prime with carry-over
-for ell > 1, by name from the model registry) around :class:`UniformDenoiser`, a parameter-free
+:func:`uniform_model` builds the registered sub-token family itself (Prime with carry-over, found in
+the model registry as the family with a paper-objective estimator; at ell = 1 its sampler is MDLM's,
+draw for draw) around :class:`UniformDenoiser`, a parameter-free
 network whose logits are all zero, and :func:`measure_idle` runs :func:`harness.sampling.generate`
 on it with ``sampler="ancestral"``: the same grid, caching and per-sample idle counting as any real
 run, and every family fact (mask id, base, units, carry-over) the family's own.
@@ -53,11 +54,12 @@ class UniformDenoiser(nn.Module):
 
 
 def uniform_model(*, vocab_size: int, seq_len: int, ell: int = 1, schedule: str | Schedule = "linear"):
-    """The registered family of ell (``mdlm`` for ell = 1, ``prime`` for ell > 1, built by name) with
-    C = ``vocab_size``, L = ``seq_len`` and ``schedule``, its network replaced by :class:`UniformDenoiser`."""
-    from harness.models import build_model
+    """The registered sub-token family (:func:`harness.models.family_of_kind`) with ell sub-tokens per
+    token and carry-over, C = ``vocab_size``, L = ``seq_len`` and ``schedule``, its network replaced by
+    :class:`UniformDenoiser`. At ell = 1 the sampler draws exactly MDLM's samples and NFE."""
+    from harness.models import build_model, family_of_kind
 
-    family, extra = ("prime", {"ell": ell, "carry_over": True}) if ell > 1 else ("mdlm", {})
+    family, extra = family_of_kind("paper-objective").family, {"ell": ell, "carry_over": True}
     model = build_model(
         family,
         vocab_size=vocab_size,
@@ -180,6 +182,7 @@ class IdleAudit:
         """A ``primebench-record/1`` document (``evaluation = "idle"``)."""
         from dataclasses import asdict
 
+        from harness.models import family_of_kind
         from harness.records import Metric, make_record, model_block
 
         metrics: dict[str, Metric] = {}
@@ -213,14 +216,14 @@ class IdleAudit:
                 "dtype": "float64",
                 "method": "gumbel",
                 "seed": self.seed,
-                "denoiser": f"UniformDenoiser (uniform p(x0 | z_t), C = {STANDIN_VOCAB}; MDLM for ell = 1, "
-                "Prime with carry-over for ell > 1)",
+                "denoiser": f"UniformDenoiser (uniform p(x0 | z_t), C = {STANDIN_VOCAB}) in the sub-token family "
+                "with carry-over (at ell = 1 MDLM's sampler, draw for draw)",
             },
             "paper": "MDM-Prime Table 1 (L = T = 1024, linear, one sequence)" if self.is_paper_setting else None,
         }
         return make_record(
             "idle",
-            model=model_block(None, name="uniform-stand-in", family="mdlm|prime"),
+            model=model_block(None, name="uniform-stand-in", family=family_of_kind("paper-objective").family),
             metrics=metrics,
             protocol=protocol,
             seed=self.seed if self.runs else None,

@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from harness.audit.idle_measure import measure_idle, uniform_model
@@ -90,7 +91,8 @@ def test_idle_batch_lowers_the_ratio():
 
 
 def test_uniform_model_is_the_registered_family_on_the_prime_sub_token_path():
-    from harness.models import family_class
+    from harness.audit.idle_measure import UniformDenoiser
+    from harness.models import build_model, family_class
     from harness.sampling import generate
 
     model = uniform_model(vocab_size=5, seq_len=6, ell=3)
@@ -101,8 +103,14 @@ def test_uniform_model_is_the_registered_family_on_the_prime_sub_token_path():
     assert out.protocol["family"] == "prime" and out.protocol["ell"] == 3
     assert out.tokens.shape == (4, 6) and int(out.tokens.max()) < 5  # carry-over: only valid codes
     assert out.stats["invalid_codes"] == 0
-    mdlm = uniform_model(vocab_size=5, seq_len=6)
-    assert type(mdlm) is family_class("mdlm") and mdlm.mask_id == 5
+    one = uniform_model(vocab_size=5, seq_len=6)
+    assert type(one) is family_class("prime") and one.mask_id == 5 and one.units_per_token == 1
+    # at ell = 1 the sub-token family's sampler is MDLM's: the same samples and NFE, draw for draw
+    mdlm = build_model("mdlm", vocab_size=5, seq_len=6, d_model=2, n_layers=1, n_heads=1, schedule="linear")
+    mdlm.backbone = UniformDenoiser(5)
+    for T in (4, 16, 64):
+        a, b = (generate(m.eval(), num_samples=6, batch_size=3, steps=T, generator=T) for m in (one, mdlm))
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.nfe, b.nfe)
     m = measure_idle(6, 8, 1, runs=3)
     assert m.runs == 3 and 0 <= m.isr <= 1 and m.nfe >= 1
 
