@@ -2,7 +2,9 @@
 minutes on a 2-core CPU; the measured wall time is in results/small/README.md), with the valid bound
 and the paper objective side by side.
 
-ARM, BD3-LM (blocks of 8), MDLM, the masked model and MDM-Prime (ell = 2, 4) with the ``small/`` configs (one backbone,
+ARM, BD3-LM (blocks of 8), MDLM, the masked model, MDM-Prime (ell = 2, 4) on its paper objective and
+MDM-Prime trained on its valid bound (ell = 2, 4, and binary with index shuffling; ``primebin`` is the
+binary model on the paper objective) with the ``small/`` configs (one backbone,
 tokenizer, data and token budget), then: perplexity with both estimators and K Monte-Carlo samples
 (exact / valid bound / paper objective), Gen PPL with entropy in float64 under the offline judge,
 zero-shot on the local tasks, and the idle steps measured on the real models' samples (NFE of the
