@@ -164,12 +164,11 @@ class BD3LM(MaskedDiffusion):
         return {self.family: {"block_size": self.block_size, "train_clip": list(self.train_clip)}}
 
     @classmethod
-    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, common: dict[str, Any]):
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
         from harness.errors import CheckpointError
         from harness.models.bd3lm_import import build_bd3lm
         from harness.models.release_config import config_size
 
-        where = str(common["where"]) + "/config.json"
         block = section if isinstance(section, dict) else {}
         shape = dict(shape, block_size=config_size(block, "block_size", where=where, label="bd3lm.block_size"))
         clip = block.get("train_clip", [1e-3, 1.0])

@@ -418,11 +418,10 @@ class Prime(MaskedDiffusion):
         }
 
     @classmethod
-    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, common: dict[str, Any]):
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
         from harness.models.mdlm_import import build_prime
         from harness.models.release_config import config_flag, config_size
 
-        where = str(common["where"]) + "/config.json"
         prime = section if isinstance(section, dict) else {}
         shape = dict(
             shape,

@@ -188,16 +188,17 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
         return {}
 
     @classmethod
-    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, common: dict[str, Any]):
-        """Build this family from an imported folder whose ``config.json`` (``doc``) holds its section
-        ``section`` (what :meth:`transfer_keys` wrote): ``state`` the network's tensors, ``shape`` the
-        network's sizes, ``common`` the loader's keyword arguments (tokenizer, source, device, ...).
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
+        """Build this family from an imported folder whose ``config.json`` (``doc``, at ``where``, the
+        path errors name) holds its section ``section`` (what :meth:`transfer_keys` wrote): ``state``
+        the network's tensors, ``shape`` the network's sizes, ``common`` the loader's keyword
+        arguments (tokenizer, source, device, ...).
         Returns ``(model, tokenizer, cfg)``. Families without a section are loaded as the plain
         absorbing-state network (MDLM's layout) and never reach here."""
         from harness.errors import CheckpointError
 
         raise CheckpointError(
-            f"{common.get('where')}: imported folders of the {cls.family} family are not supported",
+            f"{where}: imported folders of the {cls.family} family are not supported",
             fix="load its own checkpoint folder instead",
         )
 

@@ -153,7 +153,8 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
 
     for name in family_names():  # a section named after a family: that family builds the model
         if name in doc:
-            return family_class(name).load_transfer(state, shape=shape, section=doc[name], doc=doc, common=common)
+            family = family_class(name)
+            return family.load_transfer(state, shape=shape, section=doc[name], doc=doc, where=where, common=common)
     return build_mdlm(state, shape=shape, extra_keys=[], **common)
 
 

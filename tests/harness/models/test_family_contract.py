@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.models import build_model, family_class, family_names, label_of, model_from_config
+from harness.models import (
+    build_model,
+    families_offering,
+    family_class,
+    family_names,
+    label_of,
+    model_from_config,
+)
 from harness.models.base import ESTIMATOR_KINDS, FORWARD_PROCESSES, ModelFamily, check_declarations
 from harness.models.sources import PREFIXES
 from harness.nll import NLL
@@ -50,6 +57,7 @@ def test_declared_facts(name):
     assert all(s in SAMPLERS for s in cls.samplers)
     assert set(cls.release_formats) <= set(PREFIXES), f"{name} declares a load prefix the loaders do not know"
     assert cls.bench_variants() and cls.bench_nll_cost_target >= 1.0
+    assert name in families_offering(cls.estimators[0].name)
     # exact families have no corruption to draw; Monte-Carlo ones do
     assert (cls.forward_process == "none") == (not cls.uses_time_sampler)
 
