@@ -233,7 +233,7 @@ class BD3LM(MaskedDiffusion):
             block_size=self.block_size,
             sampler="t",
             schedule=self.schedule,
-            mask_id=self.mask_id,
+            process=self.process,
             generator=generator,
             t_range=self.train_clip,
         )

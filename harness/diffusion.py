@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from harness.errors import InputError
+from harness.processes import ForwardProcess
 
 EPS = 1e-3  # MDLM's sampling_eps: t is drawn in [eps, 1]
 
@@ -136,22 +137,26 @@ def corrupt(
     *,
     sampler: str,
     schedule,
-    mask_id: int,
+    process: ForwardProcess,
     generator: Generators,
     time_conditioning: bool = False,
 ):
     """One corruption per row from uniforms ``u`` (B,): returns ``(z_t, masked, weight (B,), t)``.
 
     ``clean`` and ``valid`` have the same shape (B, ...) (tokens, or (B, L, ell) sub-tokens).
-    ``sampler="t"``: time t from u, units masked independently with 1 - alpha_t, weight
-    -alpha'_t/(1 - alpha_t). ``sampler="n"``: n = ceil(N u) units masked exactly, weight N / n, t None
-    (only for time-independent networks).
+    ``sampler="t"``: time t from u, units hit independently with 1 - alpha_t and redrawn from the
+    ``process``'s prior (:meth:`~harness.processes.ForwardProcess.noise`: the mask id for the
+    absorbing process), weight :meth:`~harness.processes.ForwardProcess.corruption_weight`
+    (-alpha'_t/(1 - alpha_t) for the absorbing process). ``sampler="n"`` (absorbing only): n = ceil(N u)
+    units masked exactly, weight N / n, t None (only for time-independent networks). ``masked``:
+    the units that were hit.
     """
     if sampler == "t":
         t = times_from_uniform(u)
         masked = mask_bernoulli(schedule.mask_prob(t), valid, generator=generator)
-        weight = schedule.weight(t)
+        weight = process.corruption_weight(schedule, t)
     elif sampler == "n":
+        _count_needs_absorbing(process)
         if time_conditioning:
             raise InputError(
                 "the mask-count estimator needs a time-independent network",
@@ -164,8 +169,15 @@ def corrupt(
         t = None
     else:
         check_time_sampler(sampler)
-    z_t = torch.where(masked, torch.full_like(clean, mask_id), clean)
-    return z_t, masked, weight, t
+    return process.noise(clean, masked, generator=generator), masked, weight, t
+
+
+def _count_needs_absorbing(process: ForwardProcess) -> None:
+    if process.name != "absorbing":
+        raise InputError(
+            f"the mask-count estimator holds for the absorbing process only, not {process.name!r}",
+            fix="use time_sampler='t' (--time-sampler t)",
+        )
 
 
 def block_ids(length: int, block_size: int, device=None) -> torch.Tensor:
@@ -204,7 +216,7 @@ def corrupt_blocks(
     block_size: int,
     sampler: str,
     schedule,
-    mask_id: int,
+    process: ForwardProcess,
     generator: Generators,
     t_range: tuple[float, float] = (EPS, 1.0),
 ):
@@ -222,8 +234,9 @@ def corrupt_blocks(
         lo, hi = t_range
         t = lo + (hi - lo) * u
         masked = mask_bernoulli(schedule.mask_prob(t)[:, ids], valid, generator=generator)
-        weight = schedule.weight(t)
+        weight = process.corruption_weight(schedule, t)
     elif sampler == "n":
+        _count_needs_absorbing(process)
         t = None
         grid = blocked(valid, block_size).reshape(B * blocks, block_size)
         n_units = grid.sum(1)
@@ -233,8 +246,7 @@ def corrupt_blocks(
         weight = torch.where(n_units > 0, n_units.double() / n.clamp_min(1).double(), 0.0).reshape(B, blocks)
     else:
         check_time_sampler(sampler)
-    z_t = torch.where(masked, torch.full_like(clean, mask_id), clean)
-    return z_t, masked, weight, t
+    return process.noise(clean, masked, generator=generator), masked, weight, t
 
 
 def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,7 +264,7 @@ def monte_carlo_nelbo(
     terms: Terms,
     *,
     schedule,
-    mask_id: int,
+    process: ForwardProcess,
     sampler: str,
     num_samples: int,
     generator: Generators,
@@ -264,7 +276,7 @@ def monte_carlo_nelbo(
 
     ``units`` (B, L) or (B, L, ell) are the clean units and ``valid`` (same shape, bool) those that
     may be masked. Each of the K = ``num_samples`` draws corrupts every row once (:func:`corrupt`
-    with ``sampler``, ``schedule`` and ``mask_id``) and calls ``terms(z_t, t, masked)``: z_t and
+    with ``sampler``, ``schedule`` and ``process``) and calls ``terms(z_t, t, masked)``: z_t and
     masked have the shape of ``units``, t is (B,) float32 (None for the mask-count sampler), and it
     returns E tensors (B, L) of nats per token, one per estimator. A draw's estimate is its weight
     (B,) times each tensor's sum over L. K = 1 with one generator stratifies the single draw over
@@ -298,7 +310,7 @@ def monte_carlo_nelbo(
                 valid,
                 sampler=sampler,
                 schedule=schedule,
-                mask_id=mask_id,
+                process=process,
                 generator=generator,
                 time_conditioning=time_conditioning,
             )
@@ -312,7 +324,7 @@ def monte_carlo_nelbo(
                 block_size=block_size,
                 sampler=sampler,
                 schedule=schedule,
-                mask_id=mask_id,
+                process=process,
                 generator=generator,
             )
             out = terms(z_t, None, masked)

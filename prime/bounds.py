@@ -305,6 +305,7 @@ def _monte_carlo(
     ``states_per_call`` is unused: each draw scores the B sequences in one denoiser call.
     """
     from harness.diffusion import check_time_sampler, monte_carlo_nelbo
+    from harness.processes import Absorbing
     from harness.schedules import get_schedule
 
     if num_samples is None or num_samples < 2:
@@ -332,7 +333,7 @@ def _monte_carlo(
         torch.ones_like(y0, dtype=torch.bool),
         terms,
         schedule=get_schedule("linear"),
-        mask_id=mask_id(base),
+        process=Absorbing(base),
         sampler=time_sampler,
         num_samples=num_samples,
         generator=generator,

@@ -203,10 +203,7 @@ class Prime(MaskedDiffusion):
         the same terms (:meth:`nll_terms`) and draw that ``eval ppl`` grades it with."""
         return OBJECTIVES[self.objective]
 
-    # -- units: ell base-b digits per token, mask id b ------------------------------------------
-    def _unit_mask_id(self) -> int:
-        return self.base
-
+    # -- units: ell base-b digits per token, mask id b (the absorbing process over b values) ---------
     def _embedding(self, d_model: int):
         return SubtokenEmbedding(self.base, self.ell, d_model, self.embedding_layout)
 

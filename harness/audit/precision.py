@@ -224,7 +224,7 @@ def precision_audit(
             rows.append(row)
             protocols[main] = protocol
     control = token_by_token_sampler(model)
-    if controls and control != main:
+    if controls and control and control != main:  # a family without a token-by-token sampler has no control
         for dtype in names:
             log(f"control {control} dtype={dtype}")
             row, protocol = _run(model, control, steps=None, dtype=dtype, control=True, **common)

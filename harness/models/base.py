@@ -45,6 +45,7 @@ from torch import nn
 from harness.diffusion import Generators, check_time_sampler
 from harness.errors import InputError
 from harness.nll import NLL
+from harness.processes import PROCESSES, ForwardProcess
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,10 @@ class Estimator:
 
 #: the kinds of number an estimator gives
 ESTIMATOR_KINDS = ("exact", "bound", "paper-objective")
-#: the forward processes a family can declare: ``none`` (no corruption: an exact factorisation) and
-#: ``absorbing`` (tokens or units jump to a mask state)
-FORWARD_PROCESSES = ("none", "absorbing")
+#: the forward processes a family can declare: ``none`` (no corruption: an exact factorisation) or a
+#: registered process of :mod:`harness.processes` (``absorbing``: units jump to a mask state;
+#: ``uniform``; ``interpolating``)
+FORWARD_PROCESSES = ("none", *PROCESSES.names())
 
 
 class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
@@ -133,6 +135,8 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
     #: whether the model conditions left to right (lm-eval's rolling windows, causal attention)
     autoregressive: ClassVar[bool] = False
     mask_id: int | None = None
+    #: the instance's forward process (:mod:`harness.processes`) over its units; None for ``none``
+    process: ForwardProcess | None = None
     time_conditioning: bool = False
     #: blocks of this many tokens are sampled one after the other, each given the finished ones
     #: (BD3-LM, :mod:`harness.sampling.blocks`); None: the sampler draws the whole row at once
@@ -383,10 +387,14 @@ def check_declarations(cls: type[ModelFamily]) -> None:
             refuse(f"estimator {est.name!r} has kind {est.kind!r}, not one of {ESTIMATOR_KINDS}")
     if len({e.name for e in cls.estimators}) != len(cls.estimators):
         refuse("two estimators share a name")
-    if not cls.samplers or cls.default_sampler not in cls.samplers or cls.token_by_token_sampler not in cls.samplers:
+    if (
+        not cls.samplers
+        or cls.default_sampler not in cls.samplers
+        or (cls.token_by_token_sampler and cls.token_by_token_sampler not in cls.samplers)
+    ):
         refuse(
-            f"its default ({cls.default_sampler!r}) and token-by-token ({cls.token_by_token_sampler!r}) samplers "
-            f"must be among its samplers {cls.samplers}"
+            f"its default ({cls.default_sampler!r}) and token-by-token ({cls.token_by_token_sampler!r}, or '' for "
+            f"none) samplers must be among its samplers {cls.samplers}"
         )
     if not cls.token_convention:
         refuse("declares no token convention")

@@ -1,14 +1,15 @@
 """The base of the masked-diffusion families (MDLM, the time-agnostic masked model, MDM-Prime).
 
-A family here corrupts *units* (whole tokens, or Prime's ell sub-tokens per token) with an
-absorbing mask and is scored by the continuous-time NELBO
+A family here corrupts *units* (whole tokens, or Prime's ell sub-tokens per token) with its forward
+process (``model.process``, :mod:`harness.processes`: the absorbing one over :attr:`unit_base`
+values for every family so far) and is scored by the continuous-time NELBO
 
     -log p(x_0) <= E_t[ w(t) * sum over masked units of term(unit | z_t) ],   w = -alpha'_t / (1 - alpha_t),
 
 estimated by Monte Carlo. This class owns the constructor, the forward process over units and
 that estimator; a family says only what differs:
 
-* ``units(x0)``: (B, L) tokens -> its clean units, (B, L) or (B, L, ell), and ``mask_id``;
+* ``units(x0)``: (B, L) tokens -> its clean units, (B, L) or (B, L, ell), and ``unit_base``;
 * ``log_probs(z_t, t)``: (B, L, C) log p_theta(x_0^i = c | z_t);
 * ``unit_terms(log_p, x0, units, masked, estimator, scored)``: (B, L) nats per token for one
   corruption (``scored``: the (B, L) tokens being scored);
@@ -39,6 +40,7 @@ from harness.diffusion import Generators
 from harness.errors import InputError
 from harness.models.base import Estimator, ModelConfig, ModelFamily
 from harness.nll import NLL
+from harness.processes import make_process
 from harness.sampling.categorical import sample_categorical
 
 
@@ -111,12 +113,13 @@ class MaskedDiffusion(ModelFamily):
         )
         self.time_conditioning = bool(time_conditioning)
         self.schedule = get_schedule(schedule)
-        self.mask_id = self._unit_mask_id()
+        self.process = make_process(self.forward_process, self.unit_base)
+        self.mask_id = self.process.mask_id  # C for whole tokens, b for Prime's sub-tokens
         # parameters are created in this order (embedding, positions, backbone): seeds give the same weights
         embedding = self._embedding(d_model)
         self.backbone = Backbone(
             BackboneConfig(
-                vocab_in=self.mask_id + 1,
+                vocab_in=self.process.states,  # C + 1 with a mask state
                 vocab_out=vocab_size,
                 seq_len=seq_len,
                 time_conditioning=self.time_conditioning,
@@ -128,10 +131,6 @@ class MaskedDiffusion(ModelFamily):
         )
 
     # -- what a family overrides -------------------------------------------------------------
-    def _unit_mask_id(self) -> int:
-        """The mask id of a unit: C for whole tokens."""
-        return self.vocab_size
-
     def _embedding(self, d_model: int) -> nn.Module | None:
         return None  # the backbone's plain (C + 1) x D table
 
@@ -245,7 +244,7 @@ class MaskedDiffusion(ModelFamily):
             valid,
             sampler=sampler,
             schedule=self.schedule,
-            mask_id=self.mask_id,
+            process=self.process,
             generator=generator,
             time_conditioning=self.time_conditioning,
         )
@@ -292,14 +291,11 @@ class MaskedDiffusion(ModelFamily):
             if rate >= 1
             else tokens & (torch.rand(x0.shape, generator=generator, device="cpu").to(x0.device) < rate)
         )
-        z = self.units(x0).masked_fill(self.unit_mask(masked), self.mask_id)
+        z = self.process.noise(self.units(x0), self.unit_mask(masked), generator=generator)
         t = None
         if self.time_conditioning:
-            t = (
-                self.schedule.t_from_alpha(torch.full((x0.shape[0],), 1.0 - min(rate, 1.0 - 1e-6)))
-                .float()
-                .to(x0.device)
-            )
+            alpha = max(1.0 - min(rate, 1.0 - 1e-6), float(self.schedule.alpha(1.0)))  # loglinear: alpha_1 = eps
+            t = self.schedule.t_from_alpha(torch.full((x0.shape[0],), alpha)).float().to(x0.device)
         log_p = self.log_probs(z, t, attention_mask, x0)
         true = log_p.gather(-1, x0[..., None]).squeeze(-1)
         return float(-true[masked].double().mean()) if bool(masked.any()) else float("nan")
@@ -370,7 +366,7 @@ class MaskedDiffusion(ModelFamily):
             self.unit_mask(tokens),
             terms,
             schedule=self.schedule,
-            mask_id=self.mask_id,
+            process=self.process,
             sampler=self.time_sampler(time_sampler),
             num_samples=num_samples,
             generator=generator,
@@ -408,7 +404,9 @@ class MaskedDiffusion(ModelFamily):
         (the MDLM/DUO lm-eval practice: a check of the one-step denoiser, not of a sampler)."""
         scored = self.scored_tokens(x0, attention_mask, corruptible)
         units = self.units(x0)
-        z = torch.where(self.unit_mask(scored), torch.full_like(units, self.mask_id), units)
+        # every corruptible unit set to noise; a process that draws its noise (uniform) draws it from a
+        # fixed seed, so the check is deterministic (the absorbing process draws nothing)
+        z = self.process.noise(units, self.unit_mask(scored), generator=torch.Generator().manual_seed(0))
         t = torch.ones(x0.shape[0], device=x0.device) if self.time_conditioning else None
         guess = self.log_probs(z, t, attention_mask, x0).argmax(-1)
         return ((guess == x0) | ~scored).all(-1)

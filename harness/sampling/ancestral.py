@@ -125,7 +125,7 @@ def run_ancestral(
     for k in range(1, steps + 1):
         t = float(grid[k - 1])
         m_t, m_s = float(mask_prob[k - 1]), float(mask_prob[k])
-        masked = y == units.mask_id
+        masked = units.process.unrevealed(y)
         call = masked.flatten(1).any(-1)
         reveal = _reveal(masked, (m_t - m_s) / m_t, generator) if two_stage else None
         if two_stage:

@@ -53,8 +53,8 @@ def run_first_hitting(
     y = units.initial_state(rows, prefix)
     device = y.device
     flat = y.view(rows, -1)  # (B, L * ell), shares storage with y
-    n0 = int((flat[0] == units.mask_id).sum())
-    if bool(((flat == units.mask_id).sum(-1) != n0).any()):  # pragma: no cover - prefix is rectangular
+    n0 = int(units.process.unrevealed(flat[0]).sum())
+    if bool((units.process.unrevealed(flat).sum(-1) != n0).any()):  # pragma: no cover - prefix is rectangular
         raise PrimebenchError("first-hitting needs the same number of masked units in every sample")
     tau = torch.ones(rows, dtype=torch.float64, device=device)
     times = torch.empty(rows, n0, dtype=torch.float64, device=device)
@@ -64,7 +64,7 @@ def run_first_hitting(
         u = torch.rand(rows, dtype=torch.float64, device=device, generator=generator)
         tau = next_reveal_time(schedule, tau, n, u).clamp(0.0, 1.0)
         times[:, k] = tau
-        masked = (flat == units.mask_id).to(torch.float32)
+        masked = units.process.unrevealed(flat).to(torch.float32)
         unit = sample_categorical(probs=masked, method=settings.method, dtype=settings.dtype, generator=generator)
         position, digit = unit // units.ell, unit % units.ell
         log_p = units.log_probs(y, tau.to(torch.float32))  # (B, L, C)

@@ -46,7 +46,7 @@ def fill_masked(
 
     One denoiser call (at time ``t``) per sample that has a masked unit, added to ``nfe`` (B,).
     """
-    masked = y == units.mask_id
+    masked = units.process.unrevealed(y)
     rows = masked.flatten(1).any(-1)
     if not bool(rows.any()):
         return y, 0
@@ -80,7 +80,7 @@ def resolve_invalid(
     rows = invalid.any(-1)
     y_rows = y[rows].clone()
     bad = invalid[rows]
-    y_rows[bad] = units.mask_id
+    y_rows = units.process.noise(y_rows, bad[..., None].expand_as(y_rows))  # every unit of a bad token back to noise
     log_p = shaped_log_probs(units.log_probs(y_rows, t, rows), settings)
     nfe[rows] += 1
     x_hat = sample_categorical(

@@ -39,7 +39,7 @@ def run_maskgit(
     steps = int(settings.steps)
     y = units.initial_state(rows, prefix)
     device = y.device
-    masked_tokens = (y == units.mask_id).all(-1)  # (B, L): tokens not yet decoded
+    masked_tokens = units.process.unrevealed(y).all(-1)  # (B, L): tokens not yet decoded
     M = int(masked_tokens[0].sum())
     nfe = torch.zeros(rows, dtype=torch.long, device=device)
     idle = torch.zeros(rows, dtype=torch.long, device=device)

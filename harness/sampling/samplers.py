@@ -13,6 +13,8 @@ Samplers (registry ``SAMPLERS``, did-you-mean on a typo):
                      (:mod:`harness.sampling.first_hitting`);
 * ``maskgit``        mdlm, masked, prime: confidence-ordered parallel decoding
                      (:mod:`harness.sampling.maskgit`);
+* ``posterior``      udlm (uniform and interpolating processes): T steps, every position redrawn
+                     from q(x_s | x_t, x_theta) (:mod:`harness.sampling.posterior`);
 * ``autoregressive`` arm: left to right from a prefix or BOS (:mod:`harness.sampling.autoregressive`).
 
 Every draw is made in the given ``dtype``: the token of a revealed unit in the default two-stage
@@ -42,6 +44,7 @@ from harness.sampling.autoregressive import run_autoregressive
 from harness.sampling.blocks import run_by_blocks
 from harness.sampling.categorical import METHODS, check_nucleus, check_temperature, parse_dtype
 from harness.sampling.maskgit import run_maskgit
+from harness.sampling.posterior import run_posterior
 from harness.sampling.settings import DRAWS, NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
 from harness.sampling.units import UnitModel
 
@@ -56,6 +59,8 @@ class SamplerSpec:
     run: Callable[..., BatchResult]
     about: str
     notes: dict[str, str] = field(default_factory=dict)
+    #: the forward processes (:mod:`harness.processes`, or ``none``) whose models it can draw from
+    processes: tuple[str, ...] = ("absorbing",)
 
 
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
@@ -77,7 +82,20 @@ for _spec in (
     SamplerSpec(
         "maskgit", True, run_maskgit, "confidence-ordered parallel decoding, ceil(M k / T) tokens decoded after step k"
     ),
-    SamplerSpec("autoregressive", False, run_autoregressive, "left to right from a prefix or BOS, L - P calls"),
+    SamplerSpec(
+        "posterior",
+        True,
+        run_posterior,
+        "T steps, every position redrawn from q(x_s | x_t, x_theta) (uniform and interpolating processes)",
+        processes=("uniform", "interpolating"),
+    ),
+    SamplerSpec(
+        "autoregressive",
+        False,
+        run_autoregressive,
+        "left to right from a prefix or BOS, L - P calls",
+        processes=("none",),
+    ),
 ):
     SAMPLERS.register(_spec.name, _spec)
 
@@ -115,7 +133,7 @@ def samplers_for(family: str) -> list[str]:
 def get_sampler(name: str, model) -> SamplerSpec:
     """The registered sampler ``name``, checked against the model's family (clear error otherwise)."""
     spec = SAMPLERS.get(name)
-    if name not in _samplers_of(model):
+    if name not in _samplers_of(model) or model.forward_process not in spec.processes:
         raise PrimebenchError(
             f"sampler {name!r} does not support the {model.family!r} model family",
             fix=f"samplers for {model.family}: {', '.join(sorted(model.samplers))}",
@@ -339,6 +357,7 @@ def generate(
     protocol = {
         "sampler": spec.name,
         "family": model.family,
+        "forward_process": model.forward_process,
         "steps": settings.steps if spec.uses_steps else "one per generated unit",
         "dtype": str(settings.dtype).removeprefix("torch."),
         "method": settings.method,
@@ -346,12 +365,12 @@ def generate(
         "temperature": settings.temperature,
         "nucleus_p": settings.nucleus_p,
         "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
-        "noise_removal": settings.noise_removal if spec.name == "ancestral" else None,
+        "noise_removal": settings.noise_removal if spec.name in ("ancestral", "posterior") else None,
         "cache": settings.cache,
         "cache_exact": (settings.draw == "two-stage" or not time_cond) if settings.cache else None,
         "grid": (
             {"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
-            if spec.name == "ancestral"
+            if spec.name in ("ancestral", "posterior")
             else None
         ),
         "num_samples": num_samples,

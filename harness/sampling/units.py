@@ -27,7 +27,7 @@ class UnitModel:
     def __init__(self, model):
         self.model = model
         self.ell = int(model.units_per_token)
-        self.mask_id = int(model.mask_id)  # C for MDLM/masked, base for Prime
+        self.process = model.process  # the family's forward process: what a still-noisy unit is
         self.vocab_size = int(model.vocab_size)
         self.seq_len = int(model.seq_len)
         self.time_conditioning = bool(model.time_conditioning)
@@ -44,9 +44,10 @@ class UnitModel:
         """(B, L, ell) fully revealed units -> (B, L) codes (Prime codes may be >= C without carry-over)."""
         return self.model.sampler_tokens(y)
 
-    def initial_state(self, rows: int, prefix: torch.Tensor | None) -> torch.Tensor:
-        """(rows, L, ell) all masked, except the leading ``prefix`` (rows, P) tokens, fixed context."""
-        y = torch.full((rows, self.seq_len, self.ell), self.mask_id, dtype=torch.long, device=self.device)
+    def initial_state(self, rows: int, prefix: torch.Tensor | None, *, generator=None) -> torch.Tensor:
+        """(rows, L, ell) all noise (the process's prior: all masked for the absorbing process, which
+        draws nothing), except the leading ``prefix`` (rows, P) tokens, fixed context."""
+        y = self.process.initial_state((rows, self.seq_len, self.ell), device=self.device, generator=generator)
         if prefix is not None and prefix.shape[1]:
             y[:, : prefix.shape[1]] = self.encode(prefix.to(self.device))
         return y

@@ -71,9 +71,9 @@ def test_apply_overrides_does_not_mutate():
     [
         ("ell", 2, "prime family"),
         ("carry_over", "false", "prime family"),
-        ("schedule", "linear", "bd3lm, masked, mdlm, prime families"),
+        ("schedule", "linear", "bd3lm, masked, mdlm, prime, udlm families"),
         ("block_size", 4, "bd3lm family"),
-        ("time_conditioning", "true", "mdlm, prime families"),
+        ("time_conditioning", "true", "mdlm, prime, udlm families"),
     ],
 )
 def test_each_family_accepts_only_its_own_model_keys(key, value, owners):

@@ -55,6 +55,8 @@ def test_declared_facts(name):
     assert all(e.kind in ESTIMATOR_KINDS for e in cls.estimators)
     assert len({e.suffix for e in cls.estimators}) == len(cls.estimators)  # metric names never collide
     assert all(s in SAMPLERS for s in cls.samplers)
+    # every sampler it lists can draw from its forward process
+    assert all(cls.forward_process in SAMPLERS.get(s).processes for s in cls.samplers)
     assert set(cls.release_formats) <= set(PREFIXES), f"{name} declares a load prefix the loaders do not know"
     assert cls.bench_variants() and cls.bench_nll_cost_target >= 1.0
     assert name in families_offering(cls.estimators[0].name)
@@ -76,6 +78,11 @@ def test_the_interface_runs(name, keys):
     model = build(name, keys)
     x0 = rows()
     assert model.family == name and model.units_per_token >= 1
+    # the instance's process is the declared one, over the values its units take
+    if model.forward_process == "none":
+        assert model.process is None
+    else:
+        assert model.process.name == model.forward_process and model.process.mask_id == model.mask_id
     assert model.nelbo_block_size is None or L % model.nelbo_block_size == 0
     # the training loss: a finite scalar with a gradient to every trained weight
     model.train()

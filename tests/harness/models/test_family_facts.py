@@ -83,8 +83,8 @@ def test_arm_corruptible_scores_only_the_marked_targets():
     assert torch.equal(greedy, model.greedy_matches(x0, corruptible=corruptible))
 
 
-def test_registry_lists_the_five_families():
-    assert family_names() == ["arm", "bd3lm", "masked", "mdlm", "prime"] and len(MODELS) == 5
+def test_registry_lists_the_six_families():
+    assert family_names() == ["arm", "bd3lm", "masked", "mdlm", "prime", "udlm"] and len(MODELS) == 6
 
 
 def test_the_time_sampler_is_decided_by_the_family():

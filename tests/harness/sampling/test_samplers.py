@@ -62,7 +62,7 @@ def exact_ancestral_distribution(model, steps: int) -> dict[tuple, float]:
     independently takes x_hat's digit with prob (m_t - m_s)/m_t. Written independently of the sampler.
     """
     units = UnitModel(model)
-    L, ell, mask = units.seq_len, units.ell, units.mask_id
+    L, ell, mask = units.seq_len, units.ell, units.process.mask_id
     m = model.schedule.mask_prob(time_grid(steps))
     start = tuple([mask] * (L * ell))
     dist = {start: 1.0}
@@ -426,4 +426,4 @@ def test_errors_name_the_problem():
         generate(mdlm, num_samples=2, prefix=torch.tensor([[0, 1, 2, 3]]))
     with pytest.raises(PrimebenchError, match="dtype"):
         generate(mdlm, num_samples=2, dtype="float16")
-    assert set(SAMPLERS) == {"ancestral", "first-hitting", "maskgit", "autoregressive"}
+    assert set(SAMPLERS) == {"ancestral", "first-hitting", "maskgit", "posterior", "autoregressive"}

@@ -1,0 +1,303 @@
+"""Forward processes: the corruption a diffusion family learns to undo, as a part of its own.
+
+Every process here moves a unit (a token, or one of MDM-Prime's sub-tokens) from its clean value
+x_0, one of C categories, towards a prior pi over the V states a unit can take:
+
+    q_t(x_t | x_0) = alpha_t [x_t = x_0] + (1 - alpha_t) pi(x_t),        alpha_0 = 1, alpha_1 = 0,
+
+which is the marginal of the continuous-time Markov chain with rates Q_t = sigma_t (pi 1^T - I),
+sigma_t = -alpha'_t / alpha_t: a unit is hit at rate sigma_t and replaced by a draw from pi.
+
+* ``absorbing`` (MDLM, the masked model, MDM-Prime, BD3-LM): pi is the mask state (V = C + 1);
+* ``uniform`` (UDLM, DUO): pi is uniform over the C categories (V = C), no extra state;
+* ``interpolating``: pi puts ``mask_weight`` on the mask state and the rest uniformly on the C
+  categories (V = C + 1), the mixture of the two. GIDD's process is of this kind with a mixing
+  distribution that changes with t; here the mixture is fixed over time.
+
+Each process gives, from alpha alone (schedules live in :mod:`harness.schedules`):
+
+* :meth:`ForwardProcess.marginal` q_t(. | x_0) and :meth:`ForwardProcess.transition`
+  q(x_t | x_s) for s < t (the same interpolation with alpha_t / alpha_s);
+* :meth:`ForwardProcess.posterior` q(x_s | x_t, x_0), from Bayes' rule; with a distribution over
+  x_0 in place of x_0 (the denoiser's x_theta) it is the reverse step the ancestral samplers take,
+  x_theta plugged into the marginal (UDLM's and DUO's parameterisation; for the absorbing process
+  MDLM's);
+* :meth:`ForwardProcess.elbo_integrand`, the continuous-time ELBO's integrand at one position
+  (Campbell et al. 2022; the score-entropy form of Lou et al. 2024 with the ratios of the two
+  marginals):
+
+      sigma_t pi(z) sum_{y != z} [ r_theta(y) - r_x(y) + r_x(y) log(r_x(y) / r_theta(y)) ],
+      r_x(y) = q_t(y | x_0) / q_t(z | x_0),  r_theta(y) = q_t(y | x_theta) / q_t(z | x_theta),
+
+  so that -log p(x_0) <= int_0^1 E_{z_t ~ q_t} [sum over positions of the integrand] dt (the
+  prior term vanishes since alpha_1 = 0, the reconstruction term since alpha_0 = 1). Every term is
+  a Bregman divergence, so it is >= 0 and 0 for a perfect denoiser. For the absorbing process it is
+  MDLM's -alpha'_t / (1 - alpha_t) * (-log x_theta(x_0)) at masked positions and 0 elsewhere; for
+  the uniform one it equals UDLM's closed form (as written in s-sahoo/duo's ``nll_per_token``,
+  checked on the same random tensors to 4e-15). The tests prove the bound by enumeration: the
+  exact likelihood of the T-step reverse chain sits below its discrete ELBO, which converges to
+  this integral.
+
+How a Monte-Carlo estimator uses a process (:func:`harness.diffusion.corrupt`): it decides which
+units are hit (probability 1 - alpha_t), and :meth:`ForwardProcess.noise` redraws those from pi
+(the absorbing process writes the mask id and draws nothing, so its corruptions are the same draw
+for draw as before processes were a part). :meth:`ForwardProcess.corruption_weight` is the factor
+the estimator puts in front of a corruption's summed terms: the absorbing process's
+-alpha'/(1 - alpha) (its terms are cross-entropies), 1 for the others (their integrand carries its
+own time factor). Samplers ask the process which units are still noise
+(:meth:`ForwardProcess.unrevealed`) and for the initial all-noise state, never for a mask id.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from harness.errors import InputError
+from harness.registry import Registry
+
+
+class ForwardProcess(abc.ABC):
+    """A unit's corruption towards the prior pi over V states (C categories, plus a mask state when
+    pi puts mass on one). Pure functions of alpha; every tensor method works in the dtype it is given."""
+
+    name: ClassVar[str] = ""
+    #: whether pi puts mass on an extra mask state (then V = C + 1 and its id is C)
+    has_mask: ClassVar[bool] = False
+    about: ClassVar[str] = ""
+
+    def __init__(self, categories: int):
+        if isinstance(categories, bool) or not isinstance(categories, int) or categories < 2:
+            raise InputError(f"a forward process needs at least 2 categories, got {categories!r}")
+        self.categories = categories
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(categories={self.categories})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(sorted(vars(self).items()))))
+
+    # -- facts ----------------------------------------------------------------------------------
+    @property
+    def states(self) -> int:
+        """V: the values a unit takes (C, plus the mask state when there is one)."""
+        return self.categories + int(self.has_mask)
+
+    @property
+    def mask_id(self) -> int | None:
+        """The mask state's id (C), or None when pi has no mask state."""
+        return self.categories if self.has_mask else None
+
+    @abc.abstractmethod
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        """(V,) pi, the law of a unit at t = 1."""
+
+    def describe(self) -> dict:
+        """The record's words for this process."""
+        return {"name": self.name, "categories": self.categories, "states": self.states, "prior": self.about}
+
+    # -- the law of the chain -------------------------------------------------------------------
+    def _clean(self, x0: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """x0 as (..., V) probabilities: ids (...) one-hot, or (..., C) probabilities padded with 0."""
+        if x0.is_floating_point():
+            probs = x0.to(dtype)
+        else:
+            probs = F.one_hot(x0, self.categories).to(dtype)
+        if probs.shape[-1] != self.categories:
+            raise InputError(f"x0 has {probs.shape[-1]} categories, the process {self.categories}")
+        return F.pad(probs, (0, self.states - self.categories))
+
+    def marginal(self, x0: torch.Tensor, alpha: torch.Tensor, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """(..., V) q_t(. | x_0) = alpha x_0 + (1 - alpha) pi. ``x0``: ids (...) or probabilities
+        (..., C) (then q_t(. | x_theta), the mixture of the marginals); ``alpha`` broadcasts against
+        ``x0``'s leading shape."""
+        probs = self._clean(x0, dtype)
+        a = torch.as_tensor(alpha, dtype=dtype, device=probs.device)[..., None]
+        return a * probs + (1 - a) * self.prior(dtype=dtype, device=probs.device)
+
+    def transition(
+        self, z: torch.Tensor, alpha_t: torch.Tensor, alpha_s: torch.Tensor, *, dtype: torch.dtype = torch.float64
+    ) -> torch.Tensor:
+        """(..., V) q(x_t = z | x_s = v) for every v, s < t: the same interpolation with alpha_t / alpha_s."""
+        pi = self.prior(dtype=dtype, device=z.device)
+        r = (torch.as_tensor(alpha_t, dtype=dtype, device=z.device) / alpha_s)[..., None]
+        return r * F.one_hot(z, self.states).to(dtype) + (1 - r) * pi[z][..., None]
+
+    def posterior(
+        self,
+        z_t: torch.Tensor,
+        x0: torch.Tensor,
+        alpha_t: torch.Tensor,
+        alpha_s: torch.Tensor,
+        *,
+        dtype: torch.dtype = torch.float64,
+    ) -> torch.Tensor:
+        """(..., V) q(x_s | x_t = z_t, x_0) for s < t, by Bayes: q(z_t | x_s) q_s(x_s | x_0), normalised.
+
+        ``x0``: ids, or the denoiser's probabilities (..., C): then the reverse step
+        p_theta(x_s | z_t) with x_theta in the marginal."""
+        joint = self.transition(z_t, alpha_t, alpha_s, dtype=dtype) * self.marginal(x0, alpha_s, dtype=dtype)
+        return joint / joint.sum(-1, keepdim=True)
+
+    def elbo_integrand(
+        self,
+        log_x_theta: torch.Tensor,
+        x0: torch.Tensor,
+        z_t: torch.Tensor,
+        alpha: torch.Tensor,
+        alpha_prime: torch.Tensor,
+    ) -> torch.Tensor:
+        """(...) nats per unit time at each position: the continuous-time ELBO's integrand (module
+        docstring) for clean ``x0`` (...), state ``z_t`` (...), the denoiser's ``log_x_theta``
+        (..., C) and alpha, alpha' at t (broadcast against ``x0``); 0 at a state that q_t(. | x_0)
+        cannot reach. Computed in float64."""
+        dtype = torch.float64
+        a = torch.as_tensor(alpha, dtype=dtype, device=x0.device)
+        q_x = self.marginal(x0, a, dtype=dtype)
+        q_theta = self.marginal(log_x_theta.to(dtype).exp(), a, dtype=dtype)
+        at_z = q_x.gather(-1, z_t[..., None])
+        reachable = at_z[..., 0] > 0  # a state q_t(. | x_0) never visits adds nothing to the expectation
+        r_x = q_x / at_z.clamp_min(torch.finfo(dtype).tiny)
+        r_theta = q_theta / q_theta.gather(-1, z_t[..., None])
+        bregman = r_theta - r_x + torch.xlogy(r_x, r_x) - torch.xlogy(r_x, r_theta)
+        bregman = bregman.masked_fill(F.one_hot(z_t, self.states).bool(), 0.0).sum(-1)
+        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device) / a
+        rate = sigma * self.prior(dtype=dtype, device=x0.device)[z_t] * bregman
+        return torch.where(reachable, rate, torch.zeros_like(rate))
+
+    # -- what the estimators and samplers ask ---------------------------------------------------------
+    def corruption_weight(self, schedule, t: torch.Tensor) -> torch.Tensor:
+        """The factor before a corruption's summed terms at time t: 1 here (the terms are the
+        integrand, which carries its own time factor)."""
+        return torch.ones_like(torch.as_tensor(t, dtype=torch.float64))
+
+    @abc.abstractmethod
+    def noise(self, clean: torch.Tensor, hit: torch.Tensor, *, generator=None) -> torch.Tensor:
+        """``clean`` units with those where ``hit`` (bool, same shape) redrawn from pi."""
+
+    @abc.abstractmethod
+    def unrevealed(self, y: torch.Tensor) -> torch.Tensor:
+        """(...) bool: the units of a sampler's state that are still noise (to be decided by a later step)."""
+
+    def initial_state(self, shape: tuple[int, ...], *, device=None, generator=None) -> torch.Tensor:
+        """A sampler's all-noise start: a (shape) long tensor drawn from pi."""
+        zeros = torch.zeros(shape, dtype=torch.long, device=device)
+        return self.noise(zeros, torch.ones(shape, dtype=torch.bool, device=device), generator=generator)
+
+
+class Absorbing(ForwardProcess):
+    """Units jump to the mask state (id C) and stay there: MDLM, the masked model, MDM-Prime, BD3-LM."""
+
+    name = "absorbing"
+    has_mask = True
+    about = "all mass on the mask state"
+
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        pi = torch.zeros(self.states, dtype=dtype, device=device)
+        pi[self.categories] = 1.0
+        return pi
+
+    def elbo_integrand(self, log_x_theta, x0, z_t, alpha, alpha_prime):
+        """MDLM's closed form: -alpha'/(1 - alpha) * (-log x_theta(x_0)) where z_t is masked, 0 elsewhere."""
+        a = torch.as_tensor(alpha, dtype=torch.float64, device=x0.device)
+        weight = -torch.as_tensor(alpha_prime, dtype=torch.float64, device=x0.device) / (1 - a)
+        nats = -log_x_theta.to(torch.float64).gather(-1, x0[..., None]).squeeze(-1)
+        return torch.where(z_t == self.categories, weight * nats, torch.zeros_like(nats))
+
+    def corruption_weight(self, schedule, t):
+        """-alpha'_t / (1 - alpha_t), the schedule's own closed form (1/t for the log-linear one)."""
+        return schedule.weight(t)
+
+    def noise(self, clean, hit, *, generator=None):
+        return torch.where(hit, torch.full_like(clean, self.categories), clean)
+
+    def unrevealed(self, y):
+        return y == self.categories
+
+
+class Uniform(ForwardProcess):
+    """Units are redrawn uniformly from the C categories: UDLM, DUO. No state marks noise."""
+
+    name = "uniform"
+    about = "uniform over the C categories"
+
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        return torch.full((self.states,), 1.0 / self.categories, dtype=dtype, device=device)
+
+    def noise(self, clean, hit, *, generator=None):
+        u = _uniforms(clean, generator)
+        draw = (u * self.categories).long().clamp_(0, self.categories - 1)
+        return torch.where(hit, draw, clean)
+
+    def unrevealed(self, y):
+        """Every unit: a uniform state never tells noise from data, so every position stays open."""
+        return torch.ones_like(y, dtype=torch.bool)
+
+
+class Interpolating(ForwardProcess):
+    """pi = ``mask_weight`` on the mask state, the rest uniform over the C categories."""
+
+    name = "interpolating"
+    has_mask = True
+    about = "mask_weight on the mask state, the rest uniform over the C categories"
+
+    def __init__(self, categories: int, mask_weight: float = 0.5):
+        super().__init__(categories)
+        if isinstance(mask_weight, bool) or not isinstance(mask_weight, (int, float)) or not 0 < mask_weight < 1:
+            raise InputError(
+                f"mask_weight must lie in (0, 1), got {mask_weight!r}",
+                fix="1 is the absorbing process, 0 the uniform one: use those",
+            )
+        self.mask_weight = float(mask_weight)
+
+    def __repr__(self) -> str:
+        return f"Interpolating(categories={self.categories}, mask_weight={self.mask_weight})"
+
+    def describe(self) -> dict:
+        return dict(super().describe(), mask_weight=self.mask_weight)
+
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        pi = torch.full((self.states,), (1 - self.mask_weight) / self.categories, dtype=dtype, device=device)
+        pi[self.categories] = self.mask_weight
+        return pi
+
+    def noise(self, clean, hit, *, generator=None):
+        u = _uniforms(clean, generator)
+        to_mask = u < self.mask_weight
+        token = (
+            ((u - self.mask_weight) / (1 - self.mask_weight) * self.categories).long().clamp_(0, self.categories - 1)
+        )
+        draw = torch.where(to_mask, torch.full_like(token, self.categories), token)
+        return torch.where(hit, draw, clean)
+
+    def unrevealed(self, y):
+        """Every unit: a token state may be noise, so no position is settled by its state alone."""
+        return torch.ones_like(y, dtype=torch.bool)
+
+
+def _uniforms(like: torch.Tensor, generator) -> torch.Tensor:
+    """float64 U(0, 1) of ``like``'s shape; a list of generators draws row by row (one per row)."""
+    if isinstance(generator, (list, tuple)):
+        rows = [torch.rand(like.shape[1:], generator=g, dtype=torch.float64, device=g.device) for g in generator]
+        return torch.stack(rows).to(like.device)
+    device = generator.device if generator is not None else like.device
+    return torch.rand(like.shape, generator=generator, dtype=torch.float64, device=device).to(like.device)
+
+
+PROCESSES: Registry[type[ForwardProcess]] = Registry("forward process")
+for _cls in (Absorbing, Uniform, Interpolating):
+    PROCESSES.register(_cls.name, _cls)
+
+
+def make_process(name: str, categories: int, **options) -> ForwardProcess:
+    """The registered process ``name`` over ``categories`` values (did-you-mean on a typo)."""
+    return PROCESSES.get(name)(categories, **options)
+
+
+__all__ = ["Absorbing", "ForwardProcess", "Interpolating", "PROCESSES", "Uniform", "make_process"]
