@@ -51,7 +51,9 @@ class BackboneConfig:
 
 
 class TokenEmbedding(nn.Module):
-    """Plain lookup table: (B, L) ids -> (B, L, D)."""
+    """Plain lookup table: (B, L) ids -> (B, L, D). A float (B, L, V) input is a distribution over the
+    ids (rows summing to 1) and embeds as the weighted average of the rows of the table (DUO's soft
+    curriculum input)."""
 
     def __init__(self, vocab: int, d_model: int):
         super().__init__()
@@ -59,6 +61,8 @@ class TokenEmbedding(nn.Module):
         nn.init.normal_(self.table.weight, std=0.02)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if ids.is_floating_point():
+            return ids.to(self.table.weight.dtype) @ self.table.weight
         return self.table(ids)
 
 

@@ -252,6 +252,7 @@ def _train(
             idx = idx[info.rank * per_rank : (info.rank + 1) * per_rank]
             g_noise = torch.Generator(device=info.device).manual_seed(step_seed(cfg.seed, step, 1 + info.rank))
             opt.zero_grad(set_to_none=True)
+            model.begin_train_step(step, cfg.train.steps)
             step_loss = 0.0
             for k in range(cfg.train.grad_accum):
                 sel = idx[k * micro : (k + 1) * micro]

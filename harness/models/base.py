@@ -315,6 +315,11 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
     def loss(self, x0: torch.Tensor, *, generator: torch.Generator | None = None, attention_mask=None) -> torch.Tensor:
         """The training objective per token (nats), a scalar with a gradient."""
 
+    def begin_train_step(self, step: int, total_steps: int) -> None:
+        """Called by the trainer before the loss of each optimizer step (0-based ``step`` of
+        ``total_steps``): a family whose objective changes with the step (DUO's curriculum) keeps it
+        here. Evaluation never calls it. Default: nothing."""
+
     @abc.abstractmethod
     def nll(
         self,

@@ -1,0 +1,132 @@
+"""DUO: the duality map alpha(g) against closed forms and the argmax it describes; outside the
+curriculum DUO is UDLM number for number; the curriculum's relaxed loss and its temperature."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from baselines.duo import DUO, duality_alpha, gaussian_latent
+from harness.errors import ConfigError
+from harness.models import build_model
+from tests.toys import randomize
+
+C, L = 5, 6
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("g", [-4.0, -3.0, -1.75, 0.5])
+def test_two_categories_have_a_closed_form(g):
+    """C = 2: argmax picks x0 when r + e1 > e2, so p = Phi(r / sqrt 2) and alpha = 2 p - 1."""
+    alpha, _ = duality_alpha(torch.tensor([g], dtype=torch.float64), 2)
+    r = math.exp(-g / 2)
+    assert float(alpha) == pytest.approx(2 * _phi(r / math.sqrt(2)) - 1, abs=1e-13)
+
+
+@pytest.mark.parametrize("categories", [2, 50, 1000, 50257])
+def test_derivative_is_the_derivative(categories):
+    g = torch.linspace(-5, -1, 7, dtype=torch.float64)
+    _, d = duality_alpha(g, categories)
+    h = 1e-5
+    fd = (duality_alpha(g + h, categories)[0] - duality_alpha(g - h, categories)[0]) / (2 * h)
+    torch.testing.assert_close(d, fd, rtol=1e-6, atol=1e-9)
+    assert bool((d <= 0).all())  # more noise (larger g) keeps fewer tokens
+
+
+def test_alpha_runs_from_clean_to_uniform():
+    alpha, _ = duality_alpha(torch.tensor([-30.0, 0.0, 30.0], dtype=torch.float64), 100)
+    assert float(alpha[0]) == pytest.approx(1.0, abs=1e-12)
+    assert 0 < float(alpha[1]) < 1
+    assert float(alpha[2]) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_argmax_of_the_gaussian_latent_is_the_uniform_state_marginal():
+    """The duality itself: P(argmax w_t = x0) = alpha + (1 - alpha) / C, every other token equally likely."""
+    gamma = torch.tensor([-2.5])
+    n = 200_000
+    x0 = torch.full((1, n), 2)
+    w = gaussian_latent(x0, gamma, C, torch.Generator().manual_seed(0))
+    counts = torch.bincount(w.argmax(-1).flatten(), minlength=C).double() / n
+    alpha = float(duality_alpha(gamma.double(), C)[0])
+    want = torch.full((C,), (1 - alpha) / C, dtype=torch.float64)
+    want[2] += alpha
+    se = (want * (1 - want) / n).sqrt()
+    assert bool(((counts - want).abs() < 5 * se).all()), (counts, want)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    kw = dict(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2)
+    udlm = randomize(build_model("udlm", **kw), 0, 0.2).eval()
+    duo = build_model("duo", curriculum_start=2, curriculum_end=10, **kw).eval()
+    duo.load_state_dict(udlm.state_dict())
+    return udlm, duo
+
+
+def test_outside_the_curriculum_duo_is_udlm(pair):
+    udlm, duo = pair
+    x0 = torch.randint(C, (4, L), generator=torch.Generator().manual_seed(1))
+    a = udlm.nll(x0, num_samples=3, generator=torch.Generator().manual_seed(2))
+    b = duo.nll(x0, num_samples=3, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(a.nats, b.nats, rtol=0, atol=0)
+    assert b.kind == "bound"
+    duo.train()
+    duo.begin_train_step(10, 20)  # curriculum over: UDLM's loss, draw for draw
+    udlm.train()
+    try:
+        la = udlm.loss(x0, generator=torch.Generator().manual_seed(3))
+        lb = duo.loss(x0, generator=torch.Generator().manual_seed(3))
+    finally:
+        udlm.eval()
+        duo.eval()
+    assert float(la.detach()) == float(lb.detach())
+
+
+def test_the_curriculum_loss_is_relaxed_and_trains(pair):
+    _, duo = pair
+    x0 = torch.randint(C, (4, L), generator=torch.Generator().manual_seed(1))
+    duo.train()
+    try:
+        duo.begin_train_step(3, 20)
+        assert duo.in_curriculum()
+        relaxed = duo.loss(x0, generator=torch.Generator().manual_seed(3))
+        relaxed.backward()
+        grads = [p.grad for p in duo.parameters() if p.grad is not None]
+        duo.zero_grad()
+        duo.begin_train_step(12, 20)
+        plain = duo.loss(x0, generator=torch.Generator().manual_seed(3))
+    finally:
+        duo.eval()
+    assert torch.isfinite(relaxed) and grads and all(torch.isfinite(g).all() for g in grads)
+    assert float(relaxed.detach()) != float(plain.detach())
+    assert not duo.in_curriculum()  # evaluation mode never uses the curriculum
+
+
+def test_inverse_temperature_follows_dUOs_schedule(pair):
+    _, duo = pair  # start 2, end 10, log10 tau from -1 to -2
+    assert duo.inverse_temperature(0) == pytest.approx(10.0)
+    assert duo.inverse_temperature(2) == pytest.approx(10.0)
+    assert duo.inverse_temperature(6) == pytest.approx(10**1.5)
+    assert duo.inverse_temperature(10) == pytest.approx(100.0)
+
+
+def test_a_one_hot_soft_input_embeds_as_its_token(pair):
+    udlm, _ = pair
+    ids = torch.randint(C, (2, L), generator=torch.Generator().manual_seed(4))
+    t = torch.full((2,), 0.5)
+    with torch.no_grad():
+        hard = udlm.backbone(ids, t)
+        soft = udlm.backbone(torch.nn.functional.one_hot(ids, C).float(), t)
+    torch.testing.assert_close(hard, soft)
+
+
+def test_bad_curriculum_settings_are_refused():
+    with pytest.raises(ConfigError, match="curriculum_start"):
+        DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, curriculum_start=5, curriculum_end=2)
+    with pytest.raises(ConfigError, match="gamma_min"):
+        DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, gamma_min=-1.0, gamma_max=-2.0)
