@@ -27,7 +27,8 @@ r = exp(-g/2) (:func:`duality_alpha`, computed by quadrature in float64 together
 What differs from DUO's code, on purpose: alpha(g) and its derivative are computed by quadrature
 at each g (DUO looks them up in a 10^5-point cache over g in [-5, -1] and differentiates by a finite
 step of 10^-3 in g); the relative difference is below 10^-6. Not here: DUO's few-step distillation
-(DCD), its efficient top-k curriculum variants, and the ``duo-hf:`` release (see docs).
+(DCD) and its efficient top-k curriculum variants (see docs). Its release layout is ``duo-hf:``
+(:mod:`harness.models.duo_import`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class DUO(UDLM):
     family = "duo"
     config_class = DUOConfig
     table_order = 6
+    release_formats = ("duo-hf:",)
 
     def __init__(
         self,

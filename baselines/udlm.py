@@ -15,15 +15,16 @@ other than the absorbing mask.
 * sampling: the ``posterior`` sampler, every position redrawn from q(x_s | x_t, x_theta) at each of
   the T steps, with DUO's greedy last step (``noise_removal="argmax"``).
 
-The likelihood it reports is a bound. What it does not do yet: UDLM's optional first-token rule
-(``ignore_bos``, the first token kept clean), DUO's curriculum and distillation, and the
-``udlm-hf:`` / ``duo-hf:`` releases.
+The likelihood it reports is a bound. Its release layout is ``udlm-hf:``
+(:mod:`harness.models.udlm_import`); a folder written by ``primebench import`` holds a ``udlm``
+section and loads back as this family.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,10 +59,21 @@ class UDLM(MaskedDiffusion):
         ),
     )
     token_convention = "all L positions of each row are scored, BOS/EOS included (UDLM's ELBO)"
+    release_formats = ("udlm-hf:",)
     context_free_law = "not defined: the posterior sampler redraws every position at every step"
 
     def __init__(self, *, time_conditioning: bool = True, **kwargs):
         super().__init__(time_conditioning=time_conditioning, **kwargs)
+
+    def transfer_keys(self) -> dict[str, Any]:
+        return {self.family: {"forward_process": self.forward_process}}
+
+    @classmethod
+    def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
+        from harness.models.udlm_import import build_uniform
+
+        kept = {k: v for k, v in common.items() if k != "time_conditioning"}
+        return build_uniform(cls.family, state, shape=shape, extra_keys=[], **kept)
 
     def log_probs(
         self, z_t: torch.Tensor, t: torch.Tensor | None = None, attention_mask=None, x0: torch.Tensor | None = None

@@ -12,24 +12,24 @@ def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None =
     Lightning ``.ckpt``, evaluated as MDLM; ``ema`` picks the EMA weights of a ``.ckpt``), or from
     ``prime-ckpt:FILE`` (an MDM-Prime release checkpoint, evaluated as Prime), or from
     ``ar-ckpt:FILE`` (the releases' autoregressive baseline, evaluated as the ARM), or from
-    ``bd3lm-hf:PATH`` / ``bd3lm-ckpt:FILE`` (a published BD3-LM, evaluated as bd3lm). ``tokenizer``
-    names the tokenizer of a release checkpoint that has no tokenizer files beside it."""
+    ``bd3lm-hf:PATH`` / ``bd3lm-ckpt:FILE`` (a published BD3-LM, evaluated as bd3lm), or from
+    ``udlm-hf:PATH`` / ``duo-hf:PATH`` (a published UDLM or DUO), or any other prefix in the registry
+    of release formats (:mod:`harness.models.releases`). ``tokenizer`` names the tokenizer of a
+    release checkpoint that has no tokenizer files beside it."""
     from harness.checkpoint import load_checkpoint
-    from harness.models.bd3lm_import import LOADERS as BD3LM_LOADERS
-    from harness.models.hf_causal import hf_arm, is_hf_source
-    from harness.models.mdlm_import import LOADERS
+    from harness.models.hf_causal import is_hf_source
+    from harness.models.releases import format_of
     from harness.models.sources import check_source
 
     source = str(path)
     check_source(source)  # a prefix that does not fit the file or folder is named, with the right one
-    if is_hf_source(source):
-        return hf_arm(source, device=device)
+    fmt = format_of(source)  # the registry of release formats (harness.models.releases)
+    if fmt is not None and is_hf_source(source):
+        return fmt.loader(source, ema=ema, device=device, tokenizer=tokenizer)
     from harness.models.transfer import is_transfer_folder, load_transfer_folder
 
     if is_transfer_folder(source):  # written by `primebench import` / `primebench export`
         return load_transfer_folder(source, ema=ema, device=device)
-    for prefix, loader in (LOADERS | BD3LM_LOADERS).items():
-        if source.startswith(prefix):
-            return loader(source, ema=ema, device=device, tokenizer=tokenizer)
-
+    if fmt is not None:
+        return fmt.loader(source, ema=ema, device=device, tokenizer=tokenizer)
     return load_checkpoint(path, ema=ema, device=device)

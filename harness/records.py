@@ -102,11 +102,11 @@ def model_block(
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
         folder = str(checkpoint)
-        from harness.models.transfer import FORMATS
+        from harness.models.releases import format_of
 
-        for prefix in FORMATS.values():  # published sources: hash their weights file
-            if folder.startswith(prefix):
-                folder = folder[len(prefix) :].partition("#")[0]
+        fmt = format_of(folder)
+        if fmt is not None:  # published sources: hash their weights file
+            folder = folder[len(fmt.prefix) :].partition("#")[0]
         weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:

@@ -5,6 +5,13 @@ from __future__ import annotations
 import click
 
 from harness.cli.options import command, ema_option, option, out_option
+from harness.cli.parsing import LazyChoice
+
+
+def release_format_names() -> list[str]:
+    from harness.models.releases import release_format_names as names
+
+    return names()
 
 
 @command("import", aliases={"--format": "--source-format"})
@@ -12,7 +19,7 @@ from harness.cli.options import command, ema_option, option, out_option
 @click.option(
     "--source-format",
     "fmt",
-    type=click.Choice(["mdlm-hf", "mdlm-ckpt", "prime-ckpt", "ar-ckpt", "bd3lm-hf", "bd3lm-ckpt", "hf-causal"]),
+    type=LazyChoice(release_format_names),
     default=None,
     help="Layout of SOURCE [default: from its prefix, e.g. mdlm-ckpt:FILE].",
 )

@@ -37,6 +37,7 @@ from harness.models.release_ckpt import (
     read_release_ckpt,
 )
 from harness.models.release_config import config_flag, config_size
+from harness.models.releases import ReleaseFormat, register_release
 
 PREFIX = "bd3lm-hf:"
 CKPT_PREFIX = "bd3lm-ckpt:"
@@ -214,6 +215,27 @@ def build_bd3lm(
 
 
 LOADERS = {PREFIX: bd3lm_hf, CKPT_PREFIX: bd3lm_ckpt}
+
+register_release(
+    ReleaseFormat(
+        name="bd3lm-hf",
+        prefix=PREFIX,
+        what="a BD3-LM release in the Hugging Face layout (config.json with block_size, hidden_dim, ...), "
+        "which loads with bd3lm-hf:",
+        loader=bd3lm_hf,
+        model_type="bd3lm",
+        config_keys=CONFIG_KEYS,
+    )
+)
+register_release(
+    ReleaseFormat(
+        name="bd3lm-ckpt",
+        prefix=CKPT_PREFIX,
+        what="a BD3-LM Lightning checkpoint (algo.name: bd3lm), which loads with bd3lm-ckpt:",
+        loader=bd3lm_ckpt,
+        checkpoint_file=True,
+    )
+)
 
 __all__ = [
     "BD3LMBackbone",

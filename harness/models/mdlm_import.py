@@ -31,6 +31,7 @@ from harness.models.release_ckpt import (
     read_release_ckpt,
 )
 from harness.models.release_config import config_flag, config_size
+from harness.models.releases import ReleaseFormat, register_release
 
 PREFIX = "mdlm-hf:"
 CKPT_PREFIX = "mdlm-ckpt:"
@@ -358,6 +359,45 @@ def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool |
 
 
 LOADERS = {PREFIX: mdlm_hf, CKPT_PREFIX: mdlm_ckpt, PRIME_PREFIX: prime_ckpt, AR_PREFIX: ar_ckpt}
+
+register_release(
+    ReleaseFormat(
+        name="mdlm-hf",
+        prefix=PREFIX,
+        what="an MDLM release in the Hugging Face layout (config.json with hidden_dim, n_blocks, ...), "
+        "which loads with mdlm-hf:",
+        loader=mdlm_hf,
+        model_type="mdlm",
+        config_keys=CONFIG_KEYS,
+    )
+)
+register_release(
+    ReleaseFormat(
+        name="mdlm-ckpt",
+        prefix=CKPT_PREFIX,
+        what="an MDLM Lightning checkpoint (or MDM-Prime's with ell = 1), which loads with mdlm-ckpt:",
+        loader=mdlm_ckpt,
+        checkpoint_file=True,
+    )
+)
+register_release(
+    ReleaseFormat(
+        name="prime-ckpt",
+        prefix=PRIME_PREFIX,
+        what="an MDM-Prime checkpoint (prime.target_length = ell > 1), which loads with prime-ckpt:",
+        loader=prime_ckpt,
+        checkpoint_file=True,
+    )
+)
+register_release(
+    ReleaseFormat(
+        name="ar-ckpt",
+        prefix=AR_PREFIX,
+        what="the releases' autoregressive baseline (backbone: ar, no adaLN), which loads with ar-ckpt:",
+        loader=ar_ckpt,
+        checkpoint_file=True,
+    )
+)
 
 
 __all__ = [

@@ -18,32 +18,37 @@ from typing import Any
 
 from harness.errors import CheckpointError
 
-PREFIXES = ("hf:", "mdlm-hf:", "mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:", "bd3lm-hf:", "bd3lm-ckpt:")
-#: the prefixes of Lightning checkpoint files, which their loaders check themselves
-CKPT_PREFIXES = ("mdlm-ckpt:", "prime-ckpt:", "ar-ckpt:", "bd3lm-ckpt:")
-
-#: what the file or folder that each prefix loads is ("" is our own checkpoint folder)
-WHAT = {
-    "": "a primebench checkpoint folder (config.yaml), which loads as a plain path",
-    "hf:": "a transformers model folder (config.json with model_type), which loads with hf:",
-    "mdlm-hf:": "an MDLM release in the Hugging Face layout (config.json with hidden_dim, n_blocks, ...), "
-    "which loads with mdlm-hf:",
-    "mdlm-ckpt:": "an MDLM Lightning checkpoint (or MDM-Prime's with ell = 1), which loads with mdlm-ckpt:",
-    "prime-ckpt:": "an MDM-Prime checkpoint (prime.target_length = ell > 1), which loads with prime-ckpt:",
-    "ar-ckpt:": "the releases' autoregressive baseline (backbone: ar, no adaLN), which loads with ar-ckpt:",
-    "bd3lm-hf:": "a BD3-LM release in the Hugging Face layout (config.json with block_size, hidden_dim, ...), "
-    "which loads with bd3lm-hf:",
-    "bd3lm-ckpt:": "a BD3-LM Lightning checkpoint (algo.name: bd3lm), which loads with bd3lm-ckpt:",
-}
+#: what a primebench checkpoint folder is (it loads as a plain path, without a prefix)
+OWN_FOLDER = "a primebench checkpoint folder (config.yaml), which loads as a plain path"
 
 
-#: ``model_type`` values of the releases' HF ``config.json`` (kuleshov-group/mdlm-owt, bd3lm-owt-*)
-RELEASE_MODEL_TYPES = {"mdlm": "mdlm-hf:", "bd3lm": "bd3lm-hf:"}
+def prefixes() -> tuple[str, ...]:
+    """Every load prefix, from the registry of release formats (:mod:`harness.models.releases`)."""
+    from harness.models.releases import release_prefixes
+
+    return release_prefixes()
+
+
+def ckpt_prefixes() -> tuple[str, ...]:
+    """The prefixes of Lightning checkpoint files, which their loaders check themselves."""
+    from harness.models.releases import release_formats
+
+    return tuple(f.prefix for f in release_formats() if f.checkpoint_file)
+
+
+def what(prefix: str) -> str:
+    """What the file or folder that ``prefix`` loads is (``""``: our own checkpoint folder)."""
+    from harness.models.releases import format_of
+
+    return OWN_FOLDER if not prefix else format_of(prefix).what
 
 
 def split_source(source: str) -> tuple[str, str]:
     """``"mdlm-ckpt:x.ckpt"`` -> ``("mdlm-ckpt:", "x.ckpt")``; an unprefixed path -> ``("", path)``."""
-    prefix = next((p for p in PREFIXES if source.startswith(p)), "")
+    from harness.models.releases import format_of
+
+    fmt = format_of(source)
+    prefix = fmt.prefix if fmt is not None else ""
     return prefix, source[len(prefix) :]
 
 
@@ -78,8 +83,7 @@ def folder_prefixes(folder: Path) -> tuple[str, ...] | None:
     """The prefixes a folder loads with (the first is the one to suggest); None when unknown.
 
     Folders written by ``primebench import`` / ``export`` are left to their loader (None)."""
-    from harness.models.bd3lm_import import CONFIG_KEYS as BD3LM_KEYS
-    from harness.models.mdlm_import import CONFIG_KEYS
+    from harness.models.releases import release_formats
     from harness.models.transfer import is_transfer_folder
 
     if (folder / "config.yaml").is_file():
@@ -92,12 +96,13 @@ def folder_prefixes(folder: Path) -> tuple[str, ...] | None:
         return None  # the loader reports a damaged config.json
     if not isinstance(config, dict):
         return None
-    if config.get("model_type") in RELEASE_MODEL_TYPES:
-        return (RELEASE_MODEL_TYPES[config["model_type"]],)
-    if all(k in config for k in BD3LM_KEYS):
-        return ("bd3lm-hf:",)
-    if all(k in config for k in CONFIG_KEYS):
-        return ("mdlm-hf:",)
+    formats = release_formats()
+    by_type = [f.prefix for f in formats if f.model_type is not None and f.model_type == config.get("model_type")]
+    if by_type:
+        return tuple(by_type)
+    keyed = [f for f in formats if f.config_keys and all(k in config for k in f.config_keys)]
+    if keyed:  # the most specific layout first (BD3-LM's keys include MDLM's)
+        return (max(keyed, key=lambda f: len(f.config_keys)).prefix,)
     if "model_type" in config or "architectures" in config:
         return ("hf:",)
     return None
@@ -128,7 +133,7 @@ def check_source(source: str) -> None:
     path = Path(body.partition("#")[0] if used == "hf:" else body).expanduser()
     if path.is_dir():
         fits = folder_prefixes(path)
-    elif path.is_file() and used not in CKPT_PREFIXES:
+    elif path.is_file() and used not in ckpt_prefixes():
         right = file_prefix(path)
         fits = None if right is None else (right,)
     else:
@@ -141,18 +146,20 @@ def check_source(source: str) -> None:
 def _wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
     mismatch = f"{used} does not load it" if used else "without a prefix it does not load"
     return CheckpointError(
-        f"{str(path)!r} is {WHAT[right]}; {mismatch}",
+        f"{str(path)!r} is {what(right)}; {mismatch}",
         fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}",
     )
 
 
 __all__ = [
-    "CKPT_PREFIXES",
-    "PREFIXES",
+    "OWN_FOLDER",
     "check_ckpt_prefix",
     "check_source",
     "ckpt_prefix",
     "file_prefix",
     "folder_prefixes",
+    "ckpt_prefixes",
+    "prefixes",
     "split_source",
+    "what",
 ]

@@ -18,15 +18,14 @@ from typing import Any
 
 from harness.errors import CheckpointError, PrimebenchError
 
-FORMATS = {
-    "mdlm-hf": "mdlm-hf:",
-    "mdlm-ckpt": "mdlm-ckpt:",
-    "prime-ckpt": "prime-ckpt:",
-    "ar-ckpt": "ar-ckpt:",
-    "bd3lm-hf": "bd3lm-hf:",
-    "bd3lm-ckpt": "bd3lm-ckpt:",
-    "hf-causal": "hf:",
-}
+
+def formats() -> dict[str, str]:
+    """``--source-format`` name -> load prefix, for every registered release format."""
+    from harness.models.releases import release_formats
+
+    return {f.name: f.prefix for f in release_formats()}
+
+
 IMPORT_KEY = "primebench_import"
 EXPORT_KEY = "primebench_export"
 WEIGHTS = "model.safetensors"
@@ -34,13 +33,14 @@ WEIGHTS = "model.safetensors"
 
 def source_for(fmt: str | None, src: str) -> str:
     """``--source-format F SRC`` or a prefixed SRC -> the prefixed source :func:`harness.load` takes."""
+    known = formats()
     if fmt is None:
-        if any(src.startswith(prefix) for prefix in FORMATS.values()):
+        if any(src.startswith(prefix) for prefix in known.values()):
             return src
-        raise PrimebenchError(f"{src!r}: say which format it is", fix=f"pass --source-format {'|'.join(FORMATS)}")
-    if fmt not in FORMATS:
-        raise PrimebenchError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
-    return FORMATS[fmt] + src.removeprefix(FORMATS[fmt])
+        raise PrimebenchError(f"{src!r}: say which format it is", fix=f"pass --source-format {'|'.join(known)}")
+    if fmt not in known:
+        raise PrimebenchError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(known)}")
+    return known[fmt] + src.removeprefix(known[fmt])
 
 
 def _prepare(out: Path) -> None:
@@ -55,12 +55,13 @@ def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokeniz
     import harness
     from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
     from harness.models.hf_causal import is_hf_source
+    from harness.models.releases import format_of
 
     out = Path(out)
     model, tokenizer, cfg = harness.load(source, ema=ema, tokenizer=tokenizer)  # validates all before writing
     _prepare(out)
     info: dict[str, Any] = {
-        "format": next(k for k, p in FORMATS.items() if source.startswith(p)),
+        "format": format_of(source).name,
         "source": source,
         "weights": "EMA" if ema else "raw",
         "family": model.family,
@@ -212,7 +213,7 @@ def _load_export(folder: Path, doc: dict, *, ema: bool, device: str):
 
 
 __all__ = [
-    "FORMATS",
+    "formats",
     "source_for",
     "import_checkpoint",
     "export_checkpoint",

