@@ -23,7 +23,8 @@ from typing import Any
 
 from harness.errors import InputError
 
-MODELS = (
+#: the first models of the job, in the order they were added to it
+FIRST_MODELS = (
     "arm",
     "bd3lm",
     "mdlm",
@@ -35,6 +36,20 @@ MODELS = (
     "primebin",
     "primebin-bound",
 )
+
+
+def _job_models() -> tuple[str, ...]:
+    """:data:`FIRST_MODELS`, then every other ``small/`` preset by name: a config placed in
+    ``harness/configs/small/`` joins the job without an edit here."""
+    from harness.config import preset_names
+
+    later = sorted(
+        n.removeprefix("small/") for n in preset_names() if n.startswith("small/") and n[6:] not in FIRST_MODELS
+    )
+    return FIRST_MODELS + tuple(later)
+
+
+MODELS = _job_models()
 PPL = dict(estimator="both", batch_size=32, mc_samples=4, seed=0)
 GENPPL = dict(samples=32, batch_size=16, method="gumbel", seed=0)
 ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=8, batch_size=32, limit=None, seed=0)

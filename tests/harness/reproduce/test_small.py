@@ -133,8 +133,11 @@ def test_gap_table_names_the_training_seed_of_each_row():
 def test_small_configs_name_each_seed_from_the_first():
     from harness.reproduce.small import small_configs
 
+    from harness.reproduce.small import MODELS
+
     cfgs = small_configs(2, first_seed=1)
-    assert list(cfgs)[:2] == ["arm-seed1", "bd3lm-seed1"] and list(cfgs)[-1] == "primebin-bound-seed2"
+    assert list(cfgs)[:2] == ["arm-seed1", "bd3lm-seed1"] and list(cfgs)[-1] == f"{MODELS[-1]}-seed2"
+    assert {"udlm", "duo"} <= set(MODELS)  # a small/ preset joins the job by being there
     assert {c.seed for name, c in cfgs.items() if name.endswith("seed2")} == {2}
     assert small_configs(1)["mdlm"].seed == 0
     with pytest.raises(InputError, match="first training seed"):
