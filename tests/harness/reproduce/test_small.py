@@ -131,9 +131,7 @@ def test_gap_table_names_the_training_seed_of_each_row():
 
 
 def test_small_configs_name_each_seed_from_the_first():
-    from harness.reproduce.small import small_configs
-
-    from harness.reproduce.small import MODELS
+    from harness.reproduce.small import MODELS, small_configs
 
     cfgs = small_configs(2, first_seed=1)
     assert list(cfgs)[:2] == ["arm-seed1", "bd3lm-seed1"] and list(cfgs)[-1] == f"{MODELS[-1]}-seed2"
