@@ -51,6 +51,10 @@ class TrainConfig:
     ``lr`` at the last step; :func:`harness.training.lr_at`).
 
     ``sample_grid``: how many samples an image run draws into ``samples.png`` at the end (0: none).
+
+    ``init_from``: a checkpoint folder of the same family, network shape and tokenizer whose (EMA)
+    weights the run starts from instead of a random initialisation (fine-tuning; DUO's distillation
+    starts from a trained DUO). The optimizer and the EMA start afresh; "" (default): random.
     """
 
     steps: int = 100
@@ -69,6 +73,7 @@ class TrainConfig:
     save_every: int = 100
     precision: str = "fp32"
     sample_grid: int = 64
+    init_from: str = ""
 
 
 @dataclass(frozen=True)

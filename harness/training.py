@@ -170,6 +170,38 @@ def train(
         return _train(cfg, out, info=info, resume=resume, restart=restart, stop_after=stop_after, quiet=quiet, bar=bar)
 
 
+def init_weights(model: torch.nn.Module, cfg: Config, device) -> None:
+    """Copy the EMA weights of the checkpoint ``cfg.train.init_from`` into ``model`` (strictly): the same
+    family, network shape and tokenizer, else a ConfigError that names the difference."""
+    from harness.checkpoint import load_checkpoint
+
+    source = cfg.train.init_from
+    if not Path(source).expanduser().is_dir():
+        raise ConfigError(
+            f"train.init_from={source!r} is not a checkpoint folder", fix="pass the folder a training run wrote"
+        )
+    src, _, src_cfg = load_checkpoint(Path(source).expanduser(), ema=True, device=str(device))
+    if src.family != model.family:
+        raise ConfigError(
+            f"train.init_from={source!r} holds a {src.family} model; this run trains {model.family}",
+            fix="start from a checkpoint of the same family",
+        )
+    if src_cfg.data.tokenizer != cfg.data.tokenizer:
+        raise ConfigError(
+            f"train.init_from={source!r} was trained with tokenizer {src_cfg.data.tokenizer!r}, "
+            f"this run uses {cfg.data.tokenizer!r}",
+            fix="use the checkpoint's tokenizer (data.tokenizer)",
+        )
+    theirs, ours = src.state_dict(), model.state_dict()
+    diff = sorted(set(theirs) ^ set(ours)) or [k for k in ours if theirs[k].shape != ours[k].shape]
+    if diff:
+        raise ConfigError(
+            f"train.init_from={source!r} has another network shape (first difference: {diff[0]!r})",
+            fix="match its model.* sizes (d_model, n_layers, n_heads, ...)",
+        )
+    model.load_state_dict(theirs)
+
+
 def _train(
     cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_after: int | None, quiet: bool, bar
 ) -> TrainResult:
@@ -199,6 +231,8 @@ def _train(
         steps=cfg.train.steps,
         seed=step_seed(cfg.seed, 0, 98),
     )
+    if cfg.train.init_from and state is None:
+        init_weights(model, cfg, info.device)
     ema = EMA(model, cfg.train.ema)
     opt = make_optimizer(
         model, lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2), weight_decay=cfg.train.weight_decay

@@ -130,3 +130,83 @@ def test_bad_curriculum_settings_are_refused():
         DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, curriculum_start=5, curriculum_end=2)
     with pytest.raises(ConfigError, match="gamma_min"):
         DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, gamma_min=-1.0, gamma_max=-2.0)
+
+
+def _distiller(**kw):
+    m = build_model("duo", vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, distill=True, **kw)
+    return randomize(m, 0, 0.2).train()
+
+
+def test_distillation_steps_and_teacher_refresh():
+    duo = _distiller(distill_T=64, update_teacher_every=10)
+    assert duo.distill_dt(0) == 1 / 64 and duo.distill_dt(9) == 1 / 64 and duo.distill_dt(25) == 4 / 64
+    assert duo.teacher is None
+    duo.begin_train_step(3, 100)  # no teacher yet: made from the student
+    first = duo.teacher
+    assert first is not None and "_teacher" not in dict(duo.named_modules())
+    assert not any(k.startswith("_teacher") for k in duo.state_dict())  # never saved
+    with torch.no_grad():
+        next(duo.backbone.parameters()).add_(1.0)
+    duo.begin_train_step(4, 100)
+    assert duo.teacher is first  # kept between refreshes
+    duo.begin_train_step(10, 100)
+    assert duo.teacher is not first
+    torch.testing.assert_close(next(duo.teacher.parameters()), next(duo.backbone.parameters()))
+    assert not any(p.requires_grad for p in duo.teacher.parameters())
+
+
+@pytest.mark.parametrize("kind", ["kl-bwd", "kl-fwd"])
+def test_distillation_loss_is_a_divergence_that_trains_the_student_only(kind):
+    x0 = torch.randint(C, (4, L), generator=torch.Generator().manual_seed(1))
+    same = _distiller(distill_T=10**12, distill_loss=kind)  # dt ~ 0: the teacher sees the student's input
+    same.begin_train_step(0, 10)
+    zero = same.loss(x0, generator=torch.Generator().manual_seed(2))
+    assert abs(float(zero.detach())) < 1e-6
+    duo = _distiller(distill_T=4, distill_loss=kind)
+    duo.begin_train_step(0, 10)
+    with torch.no_grad():  # a teacher that differs from the student
+        for p in duo.teacher.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
+    loss = duo.loss(x0, generator=torch.Generator().manual_seed(2))
+    loss.backward()
+    assert float(loss.detach()) > 0
+    assert all(p.grad is None for p in duo.teacher.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in duo.backbone.parameters())
+    duo.eval()  # evaluation is UDLM's bound, never the distillation loss
+    assert duo.nll(x0, num_samples=1, generator=torch.Generator().manual_seed(0)).kind == "bound"
+
+
+def test_distillation_settings_are_checked():
+    with pytest.raises(ConfigError, match="distill_loss"):
+        _distiller(distill_loss="mse")
+    with pytest.raises(ConfigError, match="exclude each other"):
+        _distiller(curriculum_end=5)
+
+
+def test_a_distillation_run_starts_from_a_trained_duo(tmp_path):
+    from harness.config import load_config
+    from harness.training import train
+
+    base = train(
+        load_config("tiny/duo", ["train.steps=2", "train.eval_every=2", "train.save_every=2"]),
+        tmp_path / "a",
+        quiet=True,
+    )
+    over = [
+        "train.steps=2",
+        "train.eval_every=2",
+        "train.save_every=2",
+        "model.curriculum_end=0",
+        "model.curriculum_start=0",
+    ]
+    cfg = load_config("tiny/duo", over + ["model.distill=true", f"train.init_from={base.out}", "model.distill_T=8"])
+    result = train(cfg, tmp_path / "b", quiet=True)
+    assert torch.isfinite(torch.tensor(result.train_loss))
+    with pytest.raises(ConfigError, match="holds a duo model"):
+        train(load_config("tiny/udlm", ["train.steps=1", f"train.init_from={base.out}"]), tmp_path / "c", quiet=True)
+    with pytest.raises(ConfigError, match="not a checkpoint folder"):
+        train(
+            load_config("tiny/duo", ["train.steps=1", f"train.init_from={tmp_path / 'none'}"]),
+            tmp_path / "d",
+            quiet=True,
+        )
