@@ -235,6 +235,39 @@ class Uniform(ForwardProcess):
         draw = (u * self.categories).long().clamp_(0, self.categories - 1)
         return torch.where(hit, draw, clean)
 
+    def elbo_integrand(self, log_x_theta, x0, z_t, alpha, alpha_prime):
+        """UDLM's closed form of the generic integrand, with one pass over the C categories.
+
+        With xbar = C alpha x + (1 - alpha) (the marginal times C) for x = x_0 and for x_theta,
+
+            alpha' / (C alpha) * [ C / xbar_z - C / xbartheta_z
+                - (1 / xbar_z) sum_v xbar_v (log xbartheta_z - log xbartheta_v + log xbar_v - log xbar_z) ],
+
+        where for the one-hot x_0 the sums over v close: sum_v xbar_v = C, sum_v xbar_v log xbartheta_v
+        = (1 - alpha) sum_v log xbartheta_v + C alpha log xbartheta_{x_0}, and sum_v xbar_v log xbar_v
+        = (C - 1) xlogx(1 - alpha) + xlogx(1 - alpha + C alpha). Equal to the generic form (tested),
+        given x_theta sums to 1 (as UDLM's and DUO's code assume): 1.05x the ARM's cost in `bench`
+        against 5.3x for the generic form at C = 50257."""
+        dtype = torch.float64
+        C = float(self.categories)
+        a = torch.as_tensor(alpha, dtype=dtype, device=x0.device)
+        a = a.expand(x0.shape)
+        scale, shift = C * a[..., None], (1 - a)[..., None]
+        grad = log_x_theta.requires_grad  # training: out of place, so that backward has what it saved
+        xbar_theta = log_x_theta.to(dtype).exp()  # a new tensor, which evaluation then reuses in place
+        xbar_theta = xbar_theta * scale + shift if grad else xbar_theta.mul_(scale).add_(shift)
+        theta_z = xbar_theta.gather(-1, z_t[..., None]).squeeze(-1)
+        theta_x = xbar_theta.gather(-1, x0[..., None]).squeeze(-1)
+        log_sum = (torch.log(xbar_theta) if grad else xbar_theta.log_()).sum(-1)
+        hit = z_t == x0
+        xbar_z = torch.where(hit, 1 - a + C * a, 1 - a)
+        mass_log_theta = (1 - a) * log_sum + C * a * torch.log(theta_x)
+        mass_log_self = (C - 1) * torch.xlogy(1 - a, 1 - a) + torch.xlogy(1 - a + C * a, 1 - a + C * a)
+        bracket = C / xbar_z - C / theta_z
+        bracket = bracket - (C * (torch.log(theta_z) - torch.log(xbar_z)) - mass_log_theta + mass_log_self) / xbar_z
+        alpha_prime = torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device)
+        return alpha_prime / (C * a) * bracket
+
     def unrevealed(self, y):
         """Every unit: a uniform state never tells noise from data, so every position stays open."""
         return torch.ones_like(y, dtype=torch.bool)
