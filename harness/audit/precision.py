@@ -224,7 +224,8 @@ def precision_audit(
             rows.append(row)
             protocols[main] = protocol
     control = token_by_token_sampler(model)
-    if controls and control and control != main:  # a family without a token-by-token sampler has no control
+    ran_control = bool(controls and control and control != main)  # a family without one has no control
+    if ran_control:
         for dtype in names:
             log(f"control {control} dtype={dtype}")
             row, protocol = _run(model, control, steps=None, dtype=dtype, control=True, **common)
@@ -235,7 +236,7 @@ def precision_audit(
     protocol = {
         "audit": "precision",
         "sampler": main,
-        "control_sampler": control if controls and control != main else None,
+        "control_sampler": control if ran_control else None,
         "steps": list(grid) if spec.uses_steps else None,
         "dtypes": names,
         "method": method,
@@ -261,7 +262,7 @@ def precision_audit(
         "judge": None if judge is None else judge.spec,
         "sampler_protocol": shared,
         "control_protocol": (
-            {k: v for k, v in protocols[control].items() if k != "dtype"} if controls and control != main else None
+            {k: v for k, v in protocols[control].items() if k != "dtype"} if ran_control else None
         ),
     }
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)

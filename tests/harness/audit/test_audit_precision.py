@@ -89,6 +89,21 @@ def test_precision_audit_rows_and_seeding():
     assert bits.rows[0].entropy == pytest.approx(audit.rows[0].entropy / math.log(2), rel=1e-12)
 
 
+def test_a_family_without_a_token_by_token_sampler_runs_without_a_control():
+    """UDLM (the posterior sampler redraws every position at every step): the audit runs its sampler in
+    both precisions and records that there was no control, instead of failing on the missing one."""
+    model = tiny("udlm", C=11, L=8)
+    audit = precision_audit(model, steps=(2, 4), num_samples=3, batch_size=2, method="gumbel", seed=5)
+    assert [(r.sampler, r.steps, r.dtype) for r in audit.rows] == [
+        ("posterior", 2, "float32"),
+        ("posterior", 2, "float64"),
+        ("posterior", 4, "float32"),
+        ("posterior", 4, "float64"),
+    ]
+    assert not audit.control_rows() and all(r.nfe == r.steps for r in audit.rows)
+    assert audit.protocol["control_sampler"] is None and audit.protocol["control_protocol"] is None
+
+
 def test_marginal_surprisal_known_values_and_audit_rows():
     from harness.audit.precision import all_masked_marginal, audit_from_record, marginal_surprisal
 
