@@ -261,9 +261,7 @@ def precision_audit(
         "draw": draw if spec.name == "ancestral" else None,
         "judge": None if judge is None else judge.spec,
         "sampler_protocol": shared,
-        "control_protocol": (
-            {k: v for k, v in protocols[control].items() if k != "dtype"} if ran_control else None
-        ),
+        "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"} if ran_control else None),
     }
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)
 
