@@ -7,7 +7,9 @@ manifest per stage under ``OUT/stages/NAME.json`` with the config, its hash and 
 * ``done`` with the same hash and its output present: the stage is skipped (its record is read back);
 * ``running`` with the same hash (an interrupted training run): training resumes from its last save;
 * a different hash (the preset or an option changed): the stage is redone, and a half-trained
-  checkpoint from the old config is discarded, never resumed;
+  checkpoint from the old config is discarded (its run files only), never resumed;
+* a checkpoint folder that no manifest of the job names (a user's own folder under ``OUT``) is
+  refused, never deleted;
 * ``force``: every stage is redone.
 
 Records are written atomically (a crash never leaves half a file), and the manifest is written
@@ -18,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.errors import InputError
 
 STAGE_SCHEMA = "primebench-stage/1"
 
@@ -130,17 +133,37 @@ class Stages:
             self._advance()
             return ckpt
         resume = self.matches(name, config, "running") and (ckpt / "trainer_state.pt").exists()
-        if ckpt.exists() and not resume:
-            shutil.rmtree(ckpt)  # another config, a forced redo, or a folder this job did not write
+        restart = False
+        if ckpt.exists() and not resume:  # another config or a forced redo: only a folder this job wrote
+            self._check_owned(name, ckpt)
+            restart = True  # the run's own files are removed (harness.run_folder.clear_run_folder), nothing else
         if resume:
             self.log(f"{name}: resuming the interrupted run in {ckpt}")
         self._write_manifest(name, config, "running", output=name)
         began = time.perf_counter()
-        train(cfg, ckpt, resume=resume, bar=self.bar)
+        train(cfg, ckpt, resume=resume, restart=restart, bar=self.bar)
         self._write_manifest(name, config, "done", output=name, wall_s=round(time.perf_counter() - began, 3))
         self.ran.append(name)
         self._advance()
         return ckpt
+
+    def _check_owned(self, name: str, ckpt: Path) -> None:
+        """Refuse to redo stage ``name`` over a non-empty folder that no manifest of this job says it
+        wrote (a user's own checkpoint or notes under ``--out``): nothing of it is touched."""
+        if not ckpt.is_dir() or not any(ckpt.iterdir()):
+            if ckpt.exists() and not ckpt.is_dir():
+                raise InputError(
+                    f"{ckpt} is a file where stage {name!r} writes its checkpoint folder",
+                    fix="move the file away or pass another --out",
+                )
+            return
+        found = self.manifest(name)
+        if found is None or found.get("output") != name:
+            raise InputError(
+                f"{ckpt} holds files this job did not write (no stage manifest {self._manifest_path(name)} names it); "
+                "nothing in it was touched",
+                fix="move the folder away or pass another --out",
+            )
 
 
 def finished_checkpoint(ckpt: Path, steps: int) -> bool:

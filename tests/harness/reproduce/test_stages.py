@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from harness.reproduce.stages import Stages, config_hash, finished_checkpoint
 
 
@@ -56,8 +58,12 @@ def test_train_stage_skips_resumes_and_discards(tmp_path, monkeypatch):
 
     seen = []
 
-    def fake_train(cfg, out, *, resume=False, bar=None, **kw):
+    def fake_train(cfg, out, *, resume=False, restart=False, bar=None, **kw):
         seen.append(resume)
+        if restart:
+            from harness.run_folder import clear_run_folder
+
+            clear_run_folder(out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "model.safetensors").write_bytes(b"w")
         (out / "train_log.jsonl").write_text(json.dumps({"step": cfg.train.steps}) + "\n")
@@ -76,9 +82,27 @@ def test_train_stage_skips_resumes_and_discards(tmp_path, monkeypatch):
     # a partial run of another config is discarded, not resumed
     other = load_config("tiny/mdlm", ["train.steps=4"])
     (tmp_path / "m" / "trainer_state.pt").write_bytes(b"s")
-    (tmp_path / "m" / "stale").write_text("old")
+    (tmp_path / "m" / "notes.txt").write_text("mine")
     Stages(tmp_path).train("m", other)
-    assert seen == [False, True, False] and not (tmp_path / "m" / "stale").exists()
+    assert seen == [False, True, False] and not (tmp_path / "m" / "trainer_state.pt").exists()
+    assert (tmp_path / "m" / "notes.txt").read_text() == "mine"  # only the run's own files are removed
+
+
+def test_a_folder_the_job_did_not_write_is_refused_and_kept(tmp_path, monkeypatch):
+    import harness.training as training
+    from harness.config import load_config
+    from harness.errors import InputError
+
+    monkeypatch.setattr(training, "train", lambda *a, **k: pytest.fail("must not train"))
+    mine = tmp_path / "m"
+    mine.mkdir()
+    (mine / "model.safetensors").write_bytes(b"my own checkpoint")
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(InputError, match="did not write"):
+        Stages(tmp_path).train("m", load_config("tiny/mdlm", ["train.steps=3"]))
+    with pytest.raises(InputError, match="did not write"):
+        Stages(tmp_path, force=True).train("m", load_config("tiny/mdlm", ["train.steps=3"]))
+    assert (mine / "model.safetensors").read_bytes() == b"my own checkpoint" and (mine / "notes.txt").exists()
 
 
 def test_finished_checkpoint_reads_the_last_log_line(tmp_path):
