@@ -37,6 +37,9 @@ FORMAT = "primebench-checkpoint/1"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
 STATE = "trainer_state.pt"
+#: the SHA-256 of the trainer state as saved, replaced with it (checked at resume); a file of its own
+#: so that config.yaml keeps the same bytes whether or not a run was resumed
+STATE_HASH = "trainer_state.sha256"
 TOKENIZER_DIR = "tokenizer"
 
 
@@ -88,6 +91,8 @@ def save_checkpoint(
     if (out / TOKENIZER_DIR).is_dir():
         doc["resolved"]["tokenizer_sha256"] = folder_sha256(out / TOKENIZER_DIR)
     doc["resolved"]["weights_sha256"] = hashlib.sha256(files[WEIGHTS]).hexdigest()  # checked at load
+    if STATE in files:  # checked at resume
+        files[STATE_HASH] = (hashlib.sha256(files[STATE]).hexdigest() + "\n").encode("ascii")
     files[CONFIG] = yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
     replace_together(out, files, note=f"step {step}")
 
@@ -100,6 +105,11 @@ def recover_interrupted_save(out: Path) -> str | None:
         return None
     if found.completed:
         return f"{out}: completed the save ({found.note or 'step unknown'}) that an interrupted run had fully written"
+    if found.reason:
+        return (
+            f"{out}: discarded the staged save ({found.note or 'step unknown'}) because {found.reason}; "
+            "the checkpoint is the save before it"
+        )
     return f"{out}: discarded an incomplete save that an interrupted run left; the checkpoint is the save before it"
 
 
@@ -342,10 +352,23 @@ def check_weights_sha256(path: Path, resolved: dict[str, Any]) -> None:
 
 
 def load_trainer_state(path: Path) -> dict[str, Any] | None:
+    """The trainer state of the checkpoint folder ``path`` (None without one), checked against the
+    SHA-256 in ``trainer_state.sha256``, saved with it (states saved before that file existed are
+    read unchecked): a corrupted or replaced state is refused, never resumed from."""
     spath = Path(path) / STATE
     if not spath.is_file():
         return None
+    from harness.io import file_sha256
     from harness.safe_load import load_torch_file
+
+    hpath = Path(path) / STATE_HASH
+    expected = hpath.read_text(errors="replace").strip() if hpath.is_file() else None
+    if expected is not None and file_sha256(spath) != expected:
+        raise CheckpointError(
+            f"trainer state {str(spath)!r} is not the one saved with this checkpoint (its SHA-256 differs from "
+            f"the one in {STATE_HASH})",
+            fix="restore it from a copy, or pass --restart to start the run over in this folder",
+        )
 
     try:
         state = load_torch_file(

@@ -166,6 +166,9 @@ class Recovered:
     completed: bool
     #: the ``note`` the interrupted writer gave (e.g. ``"step 40"``); empty when not completed
     note: str
+    #: why complete-looking staged files were discarded (a file missing, changed or not a plain
+    #: file); empty otherwise
+    reason: str = ""
 
 
 def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: str = "") -> None:
@@ -173,8 +176,9 @@ def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: st
     (SIGKILL, power loss, a full disk) leaves either every old file or every new one.
 
     The new files are written and fsynced into ``folder/.pending/`` and marked complete by a
-    ``COMMITTED`` file written last; only then are they moved over the old ones (``os.replace``,
-    which needs no space) and the pending folder removed. A crash before the mark leaves the old files
+    ``COMMITTED`` file written last, which holds the note and the SHA-256 of every staged file; only
+    then are they moved over the old ones (``os.replace``, which needs no space) and the pending
+    folder removed. A crash before the mark leaves the old files
     as they were; a crash after it leaves the new files complete, and :func:`finish_replace_together`
     (called here first, and by whoever reads the folder after a crash) moves the rest into place.
     An ``OSError`` while staging removes the pending folder and becomes a
@@ -190,7 +194,8 @@ def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: st
             _write_synced(pending / name, data)
         target = folder
         _fsync_folder(pending)
-        _write_synced(pending / COMMITTED, note.encode("utf-8"))
+        manifest = {"note": note, "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}}
+        _write_synced(pending / COMMITTED, json.dumps(manifest, sort_keys=True).encode("utf-8"))
         _fsync_folder(pending)
     except BaseException as exc:
         shutil.rmtree(pending, ignore_errors=True)
@@ -207,23 +212,65 @@ def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: st
 def finish_replace_together(folder: str | Path) -> Recovered | None:
     """Complete or discard a :func:`replace_together` that a crash interrupted in ``folder``.
 
-    Returns None when there was none. Call it (under the folder's lock) before reading files that
-    are replaced together."""
+    Only the files the ``COMMITTED`` manifest lists are moved in, and only when each is a plain file
+    (not a link) whose SHA-256 is the recorded one: a staged file that was truncated or changed, or
+    anything planted beside them (a ``.lock``, a script, a link), never replaces what the folder
+    holds; then the whole pending folder is discarded and the previous files stay.
+
+    Returns None when there was none. A ``.pending`` that is not a folder this function could have
+    written (a plain file, a link) is a :class:`harness.errors.WriteError` naming it. Call it (under
+    the folder's lock) before reading files that are replaced together."""
     folder = Path(folder)
     pending = folder / PENDING
-    if pending.is_symlink() or not pending.is_dir():
+    if not pending.exists() and not pending.is_symlink():
         return None
+    if pending.is_symlink() or not pending.is_dir():
+        from harness.errors import WriteError
+
+        kind = "a symbolic link" if pending.is_symlink() else "not a folder"
+        raise WriteError(
+            f"{pending} is {kind}; the harness stages its saves in a folder of that name",
+            fix=f"remove it (rm {pending}) and run again",
+        )
     marker = pending / COMMITTED
-    if marker.is_file():
-        note = marker.read_bytes().decode("utf-8", "replace").strip()
-        for child in sorted(pending.iterdir()):
-            if child.name != COMMITTED and child.is_file():
-                os.replace(child, folder / child.name)
-        _fsync_folder(folder)
+    if marker.is_file() and not marker.is_symlink():
+        note, listed, reason = _read_commit(marker, pending)
+        if not reason:
+            for name in listed:
+                os.replace(pending / name, folder / name)
+            _fsync_folder(folder)
+            shutil.rmtree(pending)
+            return Recovered(completed=True, note=note)
         shutil.rmtree(pending)
-        return Recovered(completed=True, note=note)
+        return Recovered(completed=False, note=note, reason=reason)
     shutil.rmtree(pending)
     return Recovered(completed=False, note="")
+
+
+def _read_commit(marker: Path, pending: Path) -> tuple[str, list[str], str]:
+    """``(note, files to move, reason to discard them or "")`` from a ``COMMITTED`` manifest."""
+    try:
+        manifest = json.loads(marker.read_bytes().decode("utf-8"))
+        note, files = str(manifest["note"]), dict(manifest["files"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "", [], "its COMMITTED mark is not the manifest this version writes"
+    move = []
+    for name, digest in files.items():
+        name = str(name)
+        if "/" in name or name.startswith(".") or name == COMMITTED:
+            return note, [], f"it lists {name!r}, which is not a file a save writes"
+        path = pending / name
+        if not path.exists() and not path.is_symlink():  # moved in before the crash: the folder has it
+            placed = pending.parent / name
+            if placed.is_file() and not placed.is_symlink() and file_sha256(placed) == digest:
+                continue
+            return note, [], f"the staged {name!r} is missing"
+        if path.is_symlink() or not path.is_file():
+            return note, [], f"the staged {name!r} is not a plain file"
+        if file_sha256(path) != digest:
+            return note, [], f"the staged {name!r} does not match the SHA-256 recorded when it was written"
+        move.append(name)
+    return note, sorted(move), ""
 
 
 _SAFETENSORS_DTYPES = {

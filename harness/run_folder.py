@@ -38,6 +38,7 @@ from harness.logging import console
 RUN_FILES = (
     "model.safetensors",
     "trainer_state.pt",
+    "trainer_state.sha256",
     "config.yaml",
     "tokenizer",
     "train_log.jsonl",

@@ -251,3 +251,77 @@ def test_replace_together_after_a_crash_holds_all_old_or_all_new_files(tmp_path,
     assert found.completed and found.note == "step 3"
     assert (tmp_path / "a").read_bytes() == b"a3" and (tmp_path / "b").read_bytes() == b"b3"
     assert not (tmp_path / PENDING).exists() and finish_replace_together(tmp_path) is None
+
+
+def _stage(folder, files: dict, *, note="step 9"):
+    """What replace_together leaves when killed after its COMMITTED mark: the staged files and the mark."""
+    import hashlib
+    import json as _json
+
+    from harness.io import COMMITTED, PENDING
+
+    pending = folder / PENDING
+    pending.mkdir(parents=True)
+    for name, data in files.items():
+        (pending / name).write_bytes(data)
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    (pending / COMMITTED).write_text(_json.dumps({"note": note, "files": digests}))
+    return pending
+
+
+def test_a_staged_file_changed_after_its_commit_never_replaces_the_good_one(tmp_path):
+    from harness.io import PENDING, finish_replace_together, replace_together
+
+    replace_together(tmp_path, {"model.safetensors": b"good weights", "config.yaml": b"good"})
+    pending = _stage(tmp_path, {"model.safetensors": b"new weights", "config.yaml": b"new"})
+    (pending / "model.safetensors").write_bytes(b"new wei")  # truncated after the mark
+    found = finish_replace_together(tmp_path)
+    assert not found.completed and "does not match the SHA-256" in found.reason and found.note == "step 9"
+    assert (tmp_path / "model.safetensors").read_bytes() == b"good weights"
+    assert (tmp_path / "config.yaml").read_bytes() == b"good" and not (tmp_path / PENDING).exists()
+
+
+def test_only_the_listed_files_are_moved_in(tmp_path):
+    """A .lock, a script or a link planted in .pending is never moved into the folder."""
+    from harness.io import finish_replace_together
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not mine to move")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    pending = _stage(folder, {"model.safetensors": b"w", "config.yaml": b"c"})
+    (pending / ".lock").write_text("12345")
+    (pending / "run.sh").write_text("rm -rf ~")
+    (pending / "link").symlink_to(outside)
+    found = finish_replace_together(folder)
+    assert found.completed and sorted(p.name for p in folder.iterdir()) == ["config.yaml", "model.safetensors"]
+    assert outside.read_text() == "not mine to move"
+    pending = _stage(folder, {"model.safetensors": b"w2"})
+    (pending / "model.safetensors").unlink()
+    (pending / "model.safetensors").symlink_to(outside)  # a listed name that is a link: discarded
+    found = finish_replace_together(folder)
+    assert not found.completed and "not a plain file" in found.reason
+    assert (folder / "model.safetensors").read_bytes() == b"w"
+
+
+@pytest.mark.parametrize("kind", ["file", "link", "legacy"])
+def test_a_pending_that_is_not_ours_is_named_or_discarded(tmp_path, kind):
+    from harness.errors import WriteError
+    from harness.io import COMMITTED, PENDING, finish_replace_together
+
+    (tmp_path / "model.safetensors").write_bytes(b"good")
+    if kind == "file":
+        (tmp_path / PENDING).write_text("x")
+    elif kind == "link":
+        (tmp_path / PENDING).symlink_to(tmp_path)
+    else:  # a mark without the manifest: its files cannot be checked, so they are discarded
+        (tmp_path / PENDING).mkdir()
+        (tmp_path / PENDING / "model.safetensors").write_bytes(b"unchecked")
+        (tmp_path / PENDING / COMMITTED).write_text("step 3")
+    if kind == "legacy":
+        found = finish_replace_together(tmp_path)
+        assert not found.completed and "not the manifest" in found.reason
+    else:
+        with pytest.raises(WriteError, match=r"\.pending is (a symbolic link|not a folder)"):
+            finish_replace_together(tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == b"good"

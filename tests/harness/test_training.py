@@ -70,6 +70,9 @@ def test_torn_checkpoint_detected(tmp_path):
     state = torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)
     state["step"] = 1
     torch.save(state, tmp_path / "r" / "trainer_state.pt")
+    with pytest.raises(CheckpointError, match="not the one saved with this checkpoint"):
+        train(cfg, tmp_path / "r", quiet=True, resume=True)  # its SHA-256 is not the recorded one
+    (tmp_path / "r" / "trainer_state.sha256").unlink()  # a checkpoint saved before the hash was recorded
     with pytest.raises(CheckpointError, match="inconsistent"):
         train(cfg, tmp_path / "r", quiet=True, resume=True)
 
@@ -415,3 +418,14 @@ def test_plateau_warning_says_where_the_loss_is(val_loss, says):
     assert "warning" not in health.measure(model, step=2, val_loss=val_loss, device="cpu")  # warned once
     below = Health(3.1833, torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 4), half_step=1, diffusion=True, seed=0)
     assert "warning" not in below.measure(model, step=1, val_loss=3.0, device="cpu")
+
+
+def test_a_pending_file_in_the_run_folder_stops_the_run_before_it_trains(tmp_path):
+    """A plain file named .pending would make every save fail after all the steps: refused at the start."""
+    from harness.errors import PrimebenchError
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / ".pending").write_text("x")
+    with pytest.raises(PrimebenchError, match=r"\.pending is not a folder"):
+        train(load_config("tiny/arm", ["train.steps=2"]), tmp_path / "r", quiet=True)
+    assert not (tmp_path / "r" / "train_log.jsonl").exists()
