@@ -357,7 +357,14 @@ def read_config_source(name_or_path: str) -> tuple[dict[str, Any], str]:
             raise ConfigError(
                 f"config file {str(path)!r} does not exist", fix="pass an existing YAML file or a preset name"
             )
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(
+                f"config file {str(path)!r} is not text (not UTF-8)", fix="pass a YAML config file"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"config file {str(path)!r} cannot be read ({exc.strerror})") from None
         source = str(path)
     else:
         node = resources.files("harness") / "configs" / f"{name_or_path}.yaml"
@@ -370,10 +377,52 @@ def read_config_source(name_or_path: str) -> tuple[dict[str, Any], str]:
         text = node.read_text()
         source = f"preset:{name_or_path}"
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=StrictLoader) or {}  # noqa: S506 (a SafeLoader that refuses repeated keys)
+    except RepeatedKey as exc:
+        raise ConfigError(
+            f"config {source!r} gives {exc.key!r} twice (lines {exc.first} and {exc.second}); YAML would keep "
+            "only the second without a word",
+            fix="keep one of them",
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {source!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config {source!r} is a YAML {type(data).__name__}, not a mapping of sections",
+            fix="write it as sections: model:, data:, train: (see the presets in harness/configs)",
+        )
     return data, source
+
+
+class RepeatedKey(yaml.YAMLError):
+    """A mapping that names one key twice (the YAML loader would silently keep the last)."""
+
+    def __init__(self, key: Any, first: int, second: int):
+        super().__init__(f"{key!r} repeated")
+        self.key, self.first, self.second = key, first, second
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml's SafeLoader, except that a mapping naming a key twice is a :class:`RepeatedKey` error."""
+
+
+def _construct_strict_mapping(loader: StrictLoader, node, deep: bool = False):
+    loader.flatten_mapping(node)
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # the base constructor names an unhashable key itself
+        line = key_node.start_mark.line + 1
+        if key in lines:
+            raise RepeatedKey(key, lines[key], line)
+        lines[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:

@@ -199,3 +199,27 @@ def test_a_wrong_type_on_the_cli_names_the_file_and_the_key(tmp_path):
     path.write_text("name: mine\ntrain:\n  lr: fast\n")
     res = CliRunner().invoke(main, ["train", str(path), "--out", str(tmp_path / "out")])
     assert res.exit_code == 2 and str(path) in res.output and "train.lr" in res.output and "fix:" in res.output
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("model:\n  family: mdlm\ntrain:\n  lr: 1.0e-3\n  steps: 3\n  lr: 5\n", r"gives 'lr' twice \(lines 4 and 6\)"),
+        ("model:\n  family: mdlm\ntrain:\n  steps: 3\ntrain:\n  lr: 1\n", r"gives 'train' twice \(lines 3 and 5\)"),
+        ("- model\n- train\n", "is a YAML list, not a mapping of sections"),
+        ("just words\n", "is a YAML str, not a mapping of sections"),
+    ],
+)
+def test_a_config_file_that_yaml_would_read_wrongly_is_refused(tmp_path, text, match):
+    """A repeated key (YAML keeps the last without a word), a list or a scalar: refused, named."""
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_config(str(path))
+
+
+def test_a_binary_config_file_is_named(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_bytes(b"\xff\xfe\x00\x01binary")
+    with pytest.raises(ConfigError, match="is not text"):
+        load_config(str(path))
