@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,14 +116,25 @@ def _number(x: float, decimals: int) -> str:
     return f"{x:.{decimals}f}"
 
 
+def _plain(text: str) -> str:
+    """Text that came from a record (a label, a name) made safe to print in any format: control
+    characters (newlines, tabs, ANSI escapes, ...) are shown as escapes, so that no label can break a
+    row, a Markdown table or the terminal."""
+    if all(ch.isprintable() for ch in text):
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _cell_text(cell: Cell, style: str) -> str:
     sym = _SYMBOLS[style]
     flags = sym["flag"].format(",".join(cell.flags)) if cell.flags else ""
     if not cell.numeric:
-        text = _latex_escape(cell.text) if style == "latex" else cell.text
-        return text + flags
+        text = _plain(cell.text)
+        return (_latex_escape(text) if style == "latex" else text) + flags
     if cell.value is None:
         return sym["none"]
+    if not math.isfinite(cell.value):  # never dressed as a bound or an estimate, never with a ± beside it
+        return f"{cell.value} (not finite)" + flags
     out = _number(cell.value, cell.decimals)
     if cell.kind == "bound":
         out = sym["bound"] + out
@@ -132,7 +144,7 @@ def _cell_text(cell: Cell, style: str) -> str:
         out = out + sym["paper-objective"]
     if cell.quoted:
         pass
-    elif cell.stderr is None:
+    elif cell.stderr is None or not math.isfinite(cell.stderr) or cell.stderr < 0:
         out += f" {sym['pm']} n/a"
     elif not (cell.stderr == 0 and cell.kind == "exact"):
         out += f" {sym['pm']} {_number(cell.stderr, cell.decimals)}"
@@ -140,13 +152,13 @@ def _cell_text(cell: Cell, style: str) -> str:
 
 
 def _title_text(col: Column, style: str) -> str:
-    title = _latex_escape(col.title) if style == "latex" else col.title
+    title = _latex_escape(_plain(col.title)) if style == "latex" else _plain(col.title)
     return title + (_SYMBOLS[style][col.mark] if col.mark else "")
 
 
 def _footnote_text(note: Footnote, style: str) -> str:
     sym = _SYMBOLS[style]
-    text = _latex_escape(note.text) if style == "latex" else note.text
+    text = _latex_escape(_plain(note.text)) if style == "latex" else _plain(note.text)
     if note.mark is None:
         return text
     mark = sym["flag"].format(note.mark[5:]) if note.mark.startswith("flag:") else sym[note.mark]
@@ -159,7 +171,7 @@ def to_rich(table: Table):
     from rich.text import Text
 
     caption = Text("\n".join(_footnote_text(n, "text") for n in table.footnotes))
-    out = RichTable(title=Text(table.title), caption=caption, caption_justify="left")
+    out = RichTable(title=Text(_plain(table.title)), caption=caption, caption_justify="left")
     for col in table.columns:
         out.add_column(
             Text(_title_text(col, "text").replace(", ", "\n")),
@@ -180,10 +192,12 @@ def _render_rich(table: Table) -> str:
 
 
 def _render_md(table: Table) -> str:
-    def esc(s: str) -> str:
+    def esc(s: str) -> str:  # a label never closes a cell, opens an HTML tag or entity, or strikes through
+        s = re.sub(r"&(?=[A-Za-z#])", "&amp;", s)
+        s = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", s)
         return s.replace("|", r"\|").replace("~", r"\~")
 
-    lines = [f"**{esc(table.title)}**", ""]
+    lines = [f"**{esc(_plain(table.title))}**", ""]
     lines.append("| " + " | ".join(esc(_title_text(c, "text")) for c in table.columns) + " |")
     lines.append("|" + "|".join("---:" if c.numeric else ":---" for c in table.columns) + "|")
     for row in table.rows:
@@ -196,7 +210,7 @@ def _render_md(table: Table) -> str:
 def _render_latex(table: Table) -> str:
     spec = "".join("r" if c.numeric else "l" for c in table.columns)
     lines = [
-        f"% {table.title}",
+        f"% {_plain(table.title)}",
         f"\\begin{{tabular}}{{{spec}}}",
         r"\toprule",
         " & ".join(_title_text(c, "latex") for c in table.columns) + r" \\",
@@ -226,7 +240,7 @@ def _render_csv(table: Table) -> str:
                     cell.kind or "",
                 ]
             else:
-                out.append(cell.text or "")
+                out.append(_plain(cell.text or ""))
         writer.writerow(out + [";".join(table.flag_keys(row))])
     return buf.getvalue()
 

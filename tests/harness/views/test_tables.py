@@ -334,3 +334,32 @@ def test_cli_table_skips_a_bad_file_with_a_warning_and_renders_the_rest(tmp_path
         and "none of the 1 JSON file is a readable record" in res.output
         and "Traceback" not in res.output
     )
+
+
+def test_a_label_from_a_record_cannot_reshape_a_table_or_reach_the_terminal():
+    """Newlines, |, HTML and ANSI escapes in a label are shown, never obeyed; a non-finite number is
+    never dressed as a bound, and a non-finite or negative standard error is n/a."""
+    from harness.views.table import Cell, Column, Table, render
+
+    evil = "a\nb|c <script>alert(1)</script> \x1b[31mred\x1b[0m &amp;"
+    table = Table(
+        "t",
+        evil,
+        (Column("name", evil, numeric=False), Column("nll", "nll")),
+        (
+            (Cell(text=evil), Cell(value=float("nan"), kind="bound", stderr=0.1)),
+            (Cell(text="ok"), Cell(value=1.5, kind="bound", stderr=float("-inf"))),
+            (Cell(text="inf"), Cell(value=float("inf"), kind="estimate", stderr=float("inf"))),
+        ),
+    )
+    md = render(table, "md")
+    body = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(body) == 2 + 3 and all(line.count(" | ") == 1 for line in body if "---" not in line)
+    assert "\x1b" not in md and "<script>" not in md and "&lt;script>" in md and "&amp;amp;" in md
+    assert "\\n" in md and "\\x1b" in md
+    assert "nan (not finite)" in md and "<=nan" not in md and "<=1.5000 ± n/a" in md and "inf (not finite)" in md
+    for fmt in ("rich", "latex", "csv"):
+        out = render(table, fmt)
+        assert "\x1b" not in out and "nan (not finite)" in out or fmt == "csv"
+    rows = render(table, "csv").splitlines()
+    assert len(rows) == 4  # the header and three rows: no newline inside a field
