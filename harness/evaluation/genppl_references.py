@@ -117,6 +117,13 @@ def reference_metrics(
         metrics = metrics_from_rows(scored[name], judge_spec=None if judge is None else judge.spec, bits=bits)
         block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
     if mauve:
+        from harness.metrics.mauve_score import too_few_for_mauve
+
+        why = too_few_for_mauve(len(batches["held_out"]), len(sample_rows))
+        if why is not None:  # no number rather than one that cannot separate copies from text
+            block["mauve_protocol"] = {"skipped": why}
+            mauve = False
+    if mauve:
         from harness.metrics.mauve_score import mauve_between
 
         def features(judge_ids):

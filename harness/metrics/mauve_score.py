@@ -24,6 +24,21 @@ SETTINGS = {
 }
 
 
+#: the fewest samples on each side for which a MAUVE number is reported: below it the package's
+#: k-means has two clusters of a handful of points, and a tiled batch scores like held-out text
+MIN_SAMPLES = 8
+
+
+def too_few_for_mauve(held_out: int, generated: int) -> str | None:
+    """Why MAUVE is not computed for these counts (a sentence for the record), or None when it is."""
+    if min(held_out, generated) >= MIN_SAMPLES:
+        return None
+    return (
+        f"not computed: MAUVE needs at least {MIN_SAMPLES} samples on each side (here {generated} generated, "
+        f"{held_out} held out); with fewer its clusters cannot tell copies from text"
+    )
+
+
 def mauve_between(p_features: torch.Tensor, q_features: torch.Tensor, *, seed: int) -> tuple[float, dict]:
     """MAUVE of samples ``q_features`` (N, D) against held-out text ``p_features`` (M, D): ``(value in
     (0, 1], protocol)``; the protocol names the package, its version, the settings and both counts."""
@@ -48,4 +63,4 @@ def mauve_between(p_features: torch.Tensor, q_features: torch.Tensor, *, seed: i
     return float(out.mauve), protocol
 
 
-__all__ = ["SETTINGS", "mauve_between"]
+__all__ = ["MIN_SAMPLES", "SETTINGS", "mauve_between", "too_few_for_mauve"]

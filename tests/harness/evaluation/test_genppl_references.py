@@ -99,3 +99,18 @@ def test_mauve_needs_two_samples_a_side_and_a_judge_with_features():
     judge = ProjectARMJudge("arm:x", "x", SimpleNamespace(vocab_size=10), torch.nn.Linear(2, 2), eos_id=0, context=8)
     with pytest.raises(PrimebenchError, match="no output layer onto its vocabulary"):
         judge.features([[1, 2]], max_length=8)
+
+
+def test_too_few_samples_give_no_mauve_number_and_say_why(trained):
+    """Three samples a side: MAUVE's two clusters would score a tiled batch like held-out text, so
+    the record holds no MAUVE number for the samples or any reference, and its protocol says why."""
+    from harness.evaluation.genppl import run_genppl
+    from harness.judges import load_judge
+    from harness.metrics.mauve_score import MIN_SAMPLES, too_few_for_mauve
+
+    judge = load_judge(f"arm:{trained('arm')}")
+    rec, _ = run_genppl(trained("mdlm"), steps=4, samples=3, batch_size=3, judge_obj=judge, seed=1)
+    assert "mauve" not in rec["metrics"]
+    assert all("mauve" not in rec["references"][n]["metrics"] for n in ("data", "tiled", "unigram"))
+    assert "at least 8 samples on each side" in rec["protocol"]["mauve"]["skipped"]
+    assert too_few_for_mauve(MIN_SAMPLES, MIN_SAMPLES) is None and too_few_for_mauve(100, MIN_SAMPLES - 1)
