@@ -105,7 +105,7 @@ def _model_section(data: dict[str, Any]) -> ModelConfig:
     from harness.models import MODELS, family_names
 
     if not isinstance(data, dict):
-        raise ConfigError(f"config section 'model' must be a mapping, got {data!r}")
+        raise ConfigError(f"config section 'model' must be a mapping, got {_shown(data)}")
     family = data.get("family", "arm")
     if not isinstance(family, str) or family not in family_names():
         names = family_names()
@@ -212,14 +212,15 @@ def _coerce(path: str, value: Any, annotation: Any) -> Any:
         if number is not None:
             if not math.isfinite(float(number)):
                 raise ConfigError(
-                    f"config key {path!r} must be a finite number, got {value!r}", fix=f"set {path} to a finite value"
+                    f"config key {path!r} must be a finite number, got {_shown(value)}",
+                    fix=f"set {path} to a finite value",
                 )
             return float(number)
     elif kind is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
     wanted = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(kind, str(kind))
-    raise ConfigError(f"config key {path!r} must be {wanted}, got {value!r}", fix=f"set {path} to {wanted}")
+    raise ConfigError(f"config key {path!r} must be {wanted}, got {_shown(value)}", fix=f"set {path} to {wanted}")
 
 
 #: allowed ranges of the numeric keys: (low, high, low included, high included); None: unbounded
@@ -262,14 +263,14 @@ def _check_range(path: str, value: Any) -> None:
         left = "(-inf" if low is None else ("[" if low_in else "(") + f"{low:g}"
         right = "inf)" if high is None else f"{high:g}" + ("]" if high_in else ")")
         raise ConfigError(
-            f"config key {path!r} must lie in {left}, {right}, got {value!r}",
+            f"config key {path!r} must lie in {left}, {right}, got {_shown(value)}",
             fix=f"set {path} to a value in {left}, {right}",
         )
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"config section {prefix or 'top level'!r} must be a mapping, got {data!r}")
+        raise ConfigError(f"config section {prefix or 'top level'!r} must be a mapping, got {_shown(data)}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     kwargs: dict[str, Any] = {}
@@ -300,7 +301,7 @@ def _build_key(cls: type, key: str, value: Any, prefix: str, known: set[str], hi
     _check_range(path, out)
     choices = _CHOICES.get((prefix.rstrip("."), key))
     if choices and out not in choices:
-        raise ConfigError(f"config key {path!r} must be one of {choices}, got {out!r}")
+        raise ConfigError(f"config key {path!r} must be one of {choices}, got {_shown(out)}")
     return out
 
 
@@ -347,6 +348,16 @@ def preset_names() -> list[str]:
 
     walk(root, "")
     return sorted(names)
+
+
+def _shown(value: Any) -> str:
+    """A config value as an error shows it: bounded in depth, length and count, so that a YAML
+    alias bomb (a value that expands to gigabytes) is never expanded into a message."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 6, 80, 80
+    return short.repr(value)
 
 
 def read_config_source(name_or_path: str) -> tuple[dict[str, Any], str]:

@@ -223,3 +223,16 @@ def test_a_binary_config_file_is_named(tmp_path):
     path.write_bytes(b"\xff\xfe\x00\x01binary")
     with pytest.raises(ConfigError, match="is not text"):
         load_config(str(path))
+
+
+def test_an_alias_bomb_is_named_without_being_expanded(tmp_path):
+    """A YAML value built from nested aliases (9^9 leaves when expanded) is refused at once with a short
+    message: the error shows the value bounded in depth and length."""
+    value = "&a0 [x, x, x, x, x, x, x, x, x]"
+    for i in range(1, 9):
+        value = f"&a{i} [{value}, " + ", ".join([f"*a{i - 1}"] * 8) + "]"
+    path = tmp_path / "bomb.yaml"
+    path.write_text("model:\n  family: mdlm\ntrain:\n  lr: " + value + "\n")
+    with pytest.raises(ConfigError, match="must be a number") as info:
+        load_config(str(path))
+    assert len(str(info.value)) < 5000
