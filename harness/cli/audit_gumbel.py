@@ -45,7 +45,7 @@ def _parse_probs(ctx, param, value: str | None) -> list[float] | None:
 @option("--steps", "T for --mdlm-step. [default: 1024]", type=click.IntRange(min=1), default=None)
 @click.option(
     "--vocab",
-    type=click.IntRange(min=2),
+    type=click.IntRange(min=2, max=10_000_000),
     default=None,
     help=f"Vocabulary size V for --mdlm-step. [default: {GPT2_VOCAB}, GPT-2]",
 )

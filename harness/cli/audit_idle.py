@@ -26,8 +26,10 @@ def _parse_ells(ctx, param, value: str) -> list[int]:
         "-R": "--samples",
     },
 )
-@option("--seq-len", default=1024, show_default=True, type=click.IntRange(min=1))
-@option("--steps", "Of the ancestral sampler.", default=1024, show_default=True, type=click.IntRange(min=1))
+@option("--seq-len", default=1024, show_default=True, type=click.IntRange(min=1, max=1 << 20))
+@option(
+    "--steps", "Of the ancestral sampler.", default=1024, show_default=True, type=click.IntRange(min=1, max=1 << 20)
+)
 @click.option(
     "--ell",
     "ells",
@@ -66,6 +68,14 @@ def idle_cmd(seq_len, steps, ells, schedule, batch_size, samples, seed, out, as_
     from harness.logging import console
     from harness.views import render_idle
 
+    work = samples * steps * seq_len * sum(ells)  # unit-steps of the measured runs
+    if work > WORK_LIMIT:
+        raise click.BadParameter(
+            f"the measured runs would take {work:.2e} unit-steps (--samples x --steps x --seq-len x sum of --ell), "
+            f"hours on a CPU; the limit is {WORK_LIMIT:.0e}. Use --samples 0 for the analytic columns alone, or "
+            "fewer --samples, --steps or --seq-len",
+            param_hint="--samples",
+        )
     audit = idle_audit(
         length=seq_len,
         steps=steps,
@@ -78,5 +88,9 @@ def idle_cmd(seq_len, steps, ells, schedule, batch_size, samples, seed, out, as_
     )
     emit_record(audit.to_record(), out=out, as_json=as_json, render=render_idle)
 
+
+#: the most unit-steps (samples x T x L x sum of ell) the measured runs may take: the defaults
+#: (10 x 1024 x 1024 x 24 = 2.5e8) run in about 40 s on 2 cores
+WORK_LIMIT = 1e10
 
 COMMANDS = [idle_cmd]

@@ -102,7 +102,7 @@ def _small_models() -> tuple[str, ...]:
     "--seeds",
     "Training seeds per family; tables add the mean with the seed-to-seed spread. Seed 0 reuses a "
     "one-seed run's stages.",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=100),
     default=1,
     show_default=True,
 )

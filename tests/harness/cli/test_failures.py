@@ -163,3 +163,20 @@ def test_sigterm_during_an_evaluation_leaves_no_partial_record(trained, tmp_path
     proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not out.exists() or not [p for p in out.iterdir()]
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["reproduce", "small", "--seeds", "1000000000"], "not in the range 1<=x<=100"),
+        (["audit", "idle", "--steps", "1000000000"], "not in the range 1<=x<=1048576"),
+        (["audit", "idle", "--steps", "1000000", "--seq-len", "100000"], "unit-steps"),
+        (["audit", "gumbel", "--mdlm-step", "3", "--vocab", "100000000"], "not in the range 2<=x<=10000000"),
+    ],
+)
+def test_a_setting_that_would_run_for_hours_is_refused_at_once(args, match):
+    """Values that used to sit silent for minutes: refused before any work, naming the limit."""
+    began = time.perf_counter()
+    res = _run(*args)
+    assert res.exit_code == 2 and match in " ".join(res.output.split()), res.output
+    assert time.perf_counter() - began < 10
