@@ -223,33 +223,39 @@ def _coerce(path: str, value: Any, annotation: Any) -> Any:
     raise ConfigError(f"config key {path!r} must be {wanted}, got {_shown(value)}", fix=f"set {path} to {wanted}")
 
 
-#: allowed ranges of the numeric keys: (low, high, low included, high included); None: unbounded
+#: allowed ranges of the numeric keys: (low, high, low included, high included); None: unbounded. The
+#: upper bounds are far beyond any run and keep absurd values (``seed=1e30``, ``train.steps=1e30``) from
+#: reaching torch as an overflow or a run that never ends
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
-    "seed": (0, None, True, False),
-    "model.d_model": (1, None, True, False),
-    "model.n_layers": (1, None, True, False),
-    "model.n_heads": (1, None, True, False),
-    "model.mlp_ratio": (1, None, True, False),
+    "seed": (0, 2**32, True, False),
+    "model.d_model": (1, 65536, True, True),
+    "model.n_layers": (1, 1024, True, True),
+    "model.n_heads": (1, 1024, True, True),
+    "model.mlp_ratio": (1, 64, True, True),
     "model.dropout": (0, 1, True, False),
-    "model.mixer_width": (0, None, True, False),
-    "model.cond_dim": (1, None, True, False),
-    "model.ell": (1, None, True, False),
-    "data.seq_len": (3, None, True, False),
-    "train.steps": (1, None, True, False),
-    "train.batch_size": (1, None, True, False),
-    "train.grad_accum": (1, None, True, False),
+    "model.mixer_width": (0, 1024, True, True),
+    "model.cond_dim": (1, 65536, True, True),
+    "model.ell": (1, 64, True, True),
+    "data.seq_len": (3, 2**20, True, True),
+    "train.steps": (1, 10**9, True, True),
+    "train.batch_size": (1, 2**20, True, True),
+    "train.grad_accum": (1, 65536, True, True),
     "train.lr": (0, None, False, False),
-    "train.warmup": (0, None, True, False),
+    "train.warmup": (0, 10**9, True, True),
     "train.weight_decay": (0, None, True, False),
     "train.beta1": (0, 1, True, False),
     "train.beta2": (0, 1, True, False),
     "train.grad_clip": (0, None, True, False),
     "train.ema": (0, 1, True, False),
-    "train.eval_every": (1, None, True, False),
-    "train.eval_batches": (1, None, True, False),
-    "train.save_every": (1, None, True, False),
-    "train.sample_grid": (0, None, True, False),
+    "train.eval_every": (1, 10**9, True, True),
+    "train.eval_batches": (1, 10**6, True, True),
+    "train.save_every": (1, 10**9, True, True),
+    "train.sample_grid": (0, 10**4, True, True),
 }
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _check_range(path: str, value: Any) -> None:
@@ -260,8 +266,8 @@ def _check_range(path: str, value: Any) -> None:
     below = low is not None and (value < low if low_in else value <= low)
     above = high is not None and (value > high if high_in else value >= high)
     if below or above:
-        left = "(-inf" if low is None else ("[" if low_in else "(") + f"{low:g}"
-        right = "inf)" if high is None else f"{high:g}" + ("]" if high_in else ")")
+        left = "(-inf" if low is None else ("[" if low_in else "(") + _bound(low)
+        right = "inf)" if high is None else _bound(high) + ("]" if high_in else ")")
         raise ConfigError(
             f"config key {path!r} must lie in {left}, {right}, got {_shown(value)}",
             fix=f"set {path} to a value in {left}, {right}",

@@ -5,7 +5,8 @@ Results go to stdout (``--json`` for machines); progress and logs go to stderr. 
 happen inside commands so ``primebench --help`` is fast. The harness's own errors
 (:class:`harness.errors.PrimebenchError`, raised for anything a user can correct) and click's usage
 errors print a message that names the problem and the fix and exit with status 2; so does a file-system
-error on a path (a name too long, no permission). Ctrl-C (SIGINT) prints one line and exits with 130.
+error on a path (a name too long, no permission). Ctrl-C (SIGINT) prints one line and exits with 130. A failed memory allocation (a batch or a
+sequence too large for the machine) is named with the settings that size it, status 2.
 Any other exception is a bug: its traceback is shown with a line asking to report it, exit status 1.
 """
 
@@ -40,9 +41,35 @@ class _Group(click.Group):
             ctx.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except (MemoryError, RuntimeError) as exc:
+            if not _out_of_memory(exc):
+                _report_bug()
+                raise
+            click.echo(f"error: out of memory: {_first_line(exc)}", err=True)
+            click.echo(
+                "  fix: lower the setting that sizes it (train.batch_size, data.seq_len, --batch-size, --samples, "
+                "model sizes); records and checkpoints already written are whole",
+                err=True,
+            )
+            ctx.exit(2)
         except Exception:
             _report_bug()
             raise
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """True for an allocation that failed (torch's CPU allocator, CUDA's, or Python's own)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or any(
+        marker in text for marker in ("can't allocate memory", "out of memory", "Cannot allocate memory")
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 def _report_bug() -> None:

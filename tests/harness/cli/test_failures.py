@@ -180,3 +180,22 @@ def test_a_setting_that_would_run_for_hours_is_refused_at_once(args, match):
     res = _run(*args)
     assert res.exit_code == 2 and match in " ".join(res.output.split()), res.output
     assert time.perf_counter() - began < 10
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: 512 GB"),
+        MemoryError(),
+    ],
+)
+def test_a_failed_allocation_is_named_not_a_traceback(tmp_path, monkeypatch, error):
+    import harness.training
+
+    def allocate(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(harness.training, "train", allocate)
+    res = _run("train", "tiny/arm", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "error: out of memory" in res.output and "train.batch_size" in res.output
+    assert "Traceback" not in res.output and "internal error" not in res.output
