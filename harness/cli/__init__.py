@@ -5,8 +5,9 @@ Results go to stdout (``--json`` for machines); progress and logs go to stderr. 
 happen inside commands so ``primebench --help`` is fast. The harness's own errors
 (:class:`harness.errors.PrimebenchError`, raised for anything a user can correct) and click's usage
 errors print a message that names the problem and the fix and exit with status 2; so does a file-system
-error on a path (a name too long, no permission). Ctrl-C (SIGINT) prints one line and exits with 130. A failed memory allocation (a batch or a
-sequence too large for the machine) is named with the settings that size it, status 2.
+error on a path (a name too long, no permission). Ctrl-C (SIGINT) prints one line and exits with 130.
+A failed memory allocation (a batch or a sequence too large for the machine) is named with the
+settings that size it, status 2.
 Any other exception is a bug: its traceback is shown with a line asking to report it, exit status 1.
 """
 
