@@ -19,6 +19,7 @@ from harness.cli.options import (
     out_option,
     seed_option,
 )
+from harness.cli.parsing import FiniteFloat
 
 
 @click.command("genppl")
@@ -31,7 +32,7 @@ from harness.cli.options import (
 @click.option(
     "--nucleus",
     "nucleus_p",
-    type=click.FloatRange(0.0, 1.0, min_open=True),
+    type=FiniteFloat(0.0, 1.0, min_open=True),
     default=1.0,
     show_default=True,
     help="Nucleus (top-p) mass, in (0, 1].",
@@ -49,10 +50,10 @@ from harness.cli.options import (
 @ema_option()
 @click.option(
     "--temperature",
-    type=click.FloatRange(0.0, min_open=True),
+    type=FiniteFloat(1e-3, 1e3),
     default=1.0,
     show_default=True,
-    help="Softmax temperature, > 0.",
+    help="Softmax temperature, in [0.001, 1000].",
 )
 @option("--seq-len", "Generated length [default: the model's L].", type=click.IntRange(min=2), default=None)
 @option("--judge", default="smollm2", show_default=True)

@@ -41,6 +41,19 @@ def per_name_ints(value: str, names, *, example: str = "mdlm=48,prime=8") -> dic
     return out
 
 
+class FiniteFloat(click.FloatRange):
+    """click's FloatRange that also refuses nan and inf (FloatRange lets nan through: every comparison
+    with it is false)."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
 class LazyChoice(click.Choice):
     """A click.Choice whose values come from a function called when first needed (e.g. the model
     registry), so that defining the CLI imports no model code."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from harness.cli.options import Command, option, out_option
-from harness.cli.parsing import int_list_callback
+from harness.cli.parsing import FiniteFloat, int_list_callback
 
 # --steps was the training steps of `reproduce precision`; it is now the sampling steps everywhere, so the
 # old meaning cannot be an alias: docs/cli.md lists the change
@@ -21,7 +21,7 @@ def _paper_options(fn):
         option("--dry-run", is_flag=True),
         option("--checkpoint", multiple=True, metavar="NAME=SRC"),
         option("--nproc", type=click.IntRange(min=1), default=1, show_default=True),
-        option("--tflops", type=click.FloatRange(min=0, min_open=True), default=None),
+        option("--tflops", type=FiniteFloat(min=0, min_open=True), default=None),
         option("--gpu", default="GPU", show_default=True),
     ]
     for decorator in reversed(options):

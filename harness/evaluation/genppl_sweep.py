@@ -20,7 +20,7 @@ import math
 from harness.errors import InputError
 
 #: sweep knob -> the run_genppl argument it sets, and its valid range
-KNOBS = {"temperature": ("temperature", (0.0, math.inf)), "nucleus": ("nucleus_p", (0.0, 1.0))}
+KNOBS = {"temperature": ("temperature", (1e-3, 1e3)), "nucleus": ("nucleus_p", (0.0, 1.0))}
 
 
 def parse_sweep(text: str) -> tuple[str, list[float]]:

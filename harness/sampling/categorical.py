@@ -227,12 +227,18 @@ def check_nucleus(p: float, rule: str = "cross") -> tuple[float, str]:
     return float(p), rule
 
 
+#: the temperatures a sampler takes: below 1e-3 logits / T overflow to inf (then NaN probabilities)
+#: for ordinary logits, and the draw is the argmax already; above 1e3 it is the uniform distribution
+TEMPERATURE_RANGE = (1e-3, 1e3)
+
+
 def check_temperature(temperature: float) -> float:
-    """``temperature`` (a positive finite number), checked: ``float(temperature)``, or a :class:`PrimebenchError`."""
-    if not (isinstance(temperature, numbers.Real) and 0 < temperature < float("inf")):
+    """``temperature`` in :data:`TEMPERATURE_RANGE`, checked: ``float(temperature)``, or a :class:`PrimebenchError`."""
+    low, high = TEMPERATURE_RANGE
+    if not (isinstance(temperature, numbers.Real) and low <= temperature <= high):
         raise PrimebenchError(
-            f"temperature must be a positive finite number, got {temperature!r}",
-            fix="use 1.0 for no change; < 1 sharpens, > 1 flattens",
+            f"temperature must lie in [{low:g}, {high:g}], got {temperature!r}",
+            fix="use 1.0 for no change; < 1 sharpens, > 1 flattens (below 1e-3 the draw is the argmax already)",
         )
     return float(temperature)
 

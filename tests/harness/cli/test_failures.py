@@ -199,3 +199,20 @@ def test_a_failed_allocation_is_named_not_a_traceback(tmp_path, monkeypatch, err
     res = _run("train", "tiny/arm", "--out", str(tmp_path / "r"))
     assert res.exit_code == 2 and "error: out of memory" in res.output and "train.batch_size" in res.output
     assert "Traceback" not in res.output and "internal error" not in res.output
+
+
+@pytest.mark.parametrize("value", ["1e-320", "0", "-1", "1e9", "nan"])
+def test_a_temperature_the_sampler_cannot_use_is_refused_at_parse_time(value):
+    res = _run("eval", "genppl", "CKPT", "--temperature", value)
+    assert res.exit_code == 2 and "--temperature" in res.output
+    assert "0.001<=x<=1000" in res.output or "is not a finite number" in res.output
+
+
+def test_check_temperature_names_the_range():
+    from harness.errors import PrimebenchError
+    from harness.sampling.categorical import check_temperature
+
+    assert check_temperature(0.7) == 0.7
+    for bad in (1e-320, 0.0, float("inf"), float("nan")):
+        with pytest.raises(PrimebenchError, match=r"must lie in \[0.001, 1000\]"):
+            check_temperature(bad)
