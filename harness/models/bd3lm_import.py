@@ -194,7 +194,17 @@ def build_bd3lm(
     ema: bool | None = None,
     tokenizer=None,
 ):
-    """Our BD3-LM around the release's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
+    """Our BD3-LM around the release's DiT loaded strictly from ``state`` (keys without ``backbone.``).
+    A block size that does not divide the release's ``model_length`` is refused: its rows would end in
+    a partial block, which the release's code never trained on, and its bound would not be the
+    release's number."""
+    block, length = shape["block_size"], shape["model_length"]
+    if block > length or length % block:
+        raise CheckpointError(
+            f"{where}: block_size = {block} does not divide model_length = {length}"
+            + (" (a block longer than every row)" if block > length else ""),
+            fix="the config does not describe a BD3-LM release; restore its config.json (block_size, model_length)",
+        )
     C = shape["vocab_size"] - 1
     return build_release_family(
         "bd3lm",

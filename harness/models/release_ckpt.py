@@ -130,8 +130,19 @@ def _dit(shape: dict):
     )
 
 
+def check_heads(shape: dict, *, where: str) -> None:
+    """A release's width must split into its heads, each of even size (rotary embeddings pair them)."""
+    width, heads = shape["hidden_dim"], shape["n_heads"]
+    if width % heads or (width // heads) % 2:
+        raise CheckpointError(
+            f"{where}: hidden_dim = {shape['hidden_dim']} does not split into n_heads = {heads} heads of an even size",
+            fix="the config does not describe this network; restore the release's config.json",
+        )
+
+
 def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
     """The DiT of ``shape`` loaded strictly from ``state`` (keys without ``backbone.``)."""
+    check_heads(shape, where=where)
     dit = _dit(shape)
     state = dict(state)
     state.pop("rotary_emb.inv_freq", None)  # a buffer the original saves; ours is computed the same way

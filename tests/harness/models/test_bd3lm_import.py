@@ -92,6 +92,9 @@ def test_lightning_release_loads_its_ema_weights_and_clipped_range(release_files
         (dict(causal=True), "causal is true"),
         (dict(adaln="yes"), "JSON boolean"),
         (dict(block_size=0), "block_size"),
+        (dict(block_size=48), "does not divide model_length = 24 \\(a block longer than every row\\)"),
+        (dict(block_size=5), "block_size = 5 does not divide model_length = 24"),
+        (dict(n_heads=3), "does not split into n_heads = 3"),
     ],
 )
 def test_releases_the_family_cannot_evaluate_are_refused(tmp_path, override, message):

@@ -99,6 +99,8 @@ def test_layout_errors_are_clear(tmp_path):
     (tmp_path / "d" / "config.json").write_text(json.dumps({"vocab_size": V}))
     with pytest.raises(CheckpointError, match="not an MDLM config"):
         harness.load(f"mdlm-hf:{tmp_path / 'd'}")
+    with pytest.raises(CheckpointError, match="does not split into n_heads = 3"):
+        harness.load(f"mdlm-hf:{_write(tmp_path / 'h', weights, n_heads=3)}")  # not a traceback
     small = {k: (v[:1001] if v.shape[:1] == (V,) else v) for k, v in weights.items()}
     with pytest.raises(CheckpointError, match="no tokenizer files"):
         harness.load(f"mdlm-hf:{_write(tmp_path / 'e', small, vocab_size=1001)}")
