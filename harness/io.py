@@ -106,6 +106,11 @@ def read_json(path: str | Path, *, what: str, fix: str, error: type | None = Non
         return json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise (error or PrimebenchError)(f"{what} {str(path)!r} is not valid JSON ({exc})", fix=fix) from exc
+    except RecursionError:
+        raise (error or PrimebenchError)(
+            f"{what} {str(path)!r} is nested too deeply to be read (more levels than Python's parser allows)",
+            fix=fix,
+        ) from None
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:

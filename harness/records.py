@@ -252,4 +252,34 @@ def read_record(path: Path) -> dict[str, Any]:
     for key in ("evaluation", "metrics", "protocol", "provenance"):
         if key not in record:
             raise PrimebenchError(f"record {str(path)!r} lacks {key!r}", fix="re-run the evaluation with --out")
+    bad = _bad_metric(record)
+    if bad is not None:
+        raise PrimebenchError(f"record {str(path)!r}: {bad}", fix="re-run the evaluation with --out")
     return record
+
+
+#: how deep a record's JSON may nest (the harness writes fewer than 10 levels)
+MAX_RECORD_DEPTH = 64
+
+
+def _bad_metric(node: Any, where: str = "", depth: int = 0) -> str | None:
+    """The first metric of a record whose number is not a number (a string, a bool), or a nesting
+    deeper than :data:`MAX_RECORD_DEPTH`; None when every metric reads as one."""
+    if depth > MAX_RECORD_DEPTH:
+        return f"nested more than {MAX_RECORD_DEPTH} levels deep at {where or 'the top'}"
+    if isinstance(node, dict):
+        if "value" in node and "kind" in node:
+            for field in ("value", "stderr"):
+                got = node.get(field)
+                if got is not None and (isinstance(got, bool) or not isinstance(got, (int, float))):
+                    return f"the metric at {where} has {field} {str(got)[:40]!r}, not a number"
+        for key, child in node.items():
+            found = _bad_metric(child, f"{where}.{key}" if where else str(key), depth + 1)
+            if found:
+                return found
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            found = _bad_metric(child, f"{where}[{i}]", depth + 1)
+            if found:
+                return found
+    return None

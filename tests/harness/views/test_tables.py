@@ -363,3 +363,26 @@ def test_a_label_from_a_record_cannot_reshape_a_table_or_reach_the_terminal():
         assert "\x1b" not in out and "nan (not finite)" in out or fmt == "csv"
     rows = render(table, "csv").splitlines()
     assert len(rows) == 4  # the header and three rows: no newline inside a field
+
+
+def test_records_whose_numbers_are_not_numbers_or_that_nest_too_deeply_are_skipped_by_name(tmp_path):
+    import json
+
+    folder = tmp_path / "recs"
+    for rec in _three():
+        write_record(rec, folder)
+    good = sorted(folder.glob("*.json"))[0]
+    record = json.loads(good.read_text())
+    metric = next(iter(record["metrics"]))
+    as_text = json.loads(json.dumps(record))
+    as_text["metrics"][metric]["value"] = "12.5"
+    (folder / "text.json").write_text(json.dumps(as_text))
+    flag = json.loads(json.dumps(record))
+    flag["metrics"][metric]["stderr"] = True
+    (folder / "flag.json").write_text(json.dumps(flag))
+    (folder / "deep.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    res = CliRunner().invoke(main, ["table", str(folder), "--format", "md"])
+    assert res.exit_code == 0 and "3 records" in res.stdout and "Traceback" not in res.output
+    assert f"metrics.{metric} has value '12.5', not a number" in res.stderr
+    assert f"metrics.{metric} has stderr 'True', not a number" in res.stderr
+    assert "nested too deeply" in res.stderr
