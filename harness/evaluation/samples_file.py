@@ -60,6 +60,14 @@ def read_samples_file(path, tokenizer) -> tuple[list[list[int]], dict]:
                 )
             forms.add("tokens")
         elif isinstance(row.get("text"), str):
+            try:
+                row["text"].encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") that JSON lets through
+                raise InputError(
+                    f'{where}: "text" holds {row["text"][exc.start]!r} at character {exc.start}, which is not a '
+                    "character (a lone UTF-16 surrogate) and cannot be encoded",
+                    fix="write the text as real UTF-8 (surrogates come in pairs)",
+                ) from None
             ids = tokenizer.encode(row["text"])
             forms.add("text")
         else:

@@ -59,6 +59,7 @@ def test_the_samples_that_out_writes_round_trip_to_the_same_metrics(trained, tmp
         ('{"tokens": [1], "tokenizer": "gpt2"}\n', "line 1 was tokenized with 'gpt2'"),
         ('{"tokens": []}\n', "line 1 is an empty sample"),
         ("\n\n", "has no samples"),
+        ('{"text": "fine"}\n{"text": "a \\ud800 b"}\n', "line 2: \"text\" holds '\\ud800' at character 2"),
     ],
 )
 def test_a_malformed_samples_file_names_the_line(trained, tmp_path, content, says):
