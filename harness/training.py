@@ -220,6 +220,14 @@ def _train(
         tokenizer = load_tokenizer(out / "tokenizer")
     else:
         tokenizer = get_tokenizer(cfg.data.tokenizer, corpus=corpus)
+    from harness.resources import check_fits, estimate_for_config
+
+    check_fits(
+        estimate_for_config(cfg, tokenizer.vocab_size, world=info.world, device=str(info.device)),
+        what=f"a training step of {cfg.name}",
+        sized_by="train.batch_size (or raise train.grad_accum), data.seq_len, model.d_model or model.n_layers",
+        device=str(info.device),
+    )
     train_data, valid_data = load_training_data(cfg, tokenizer, corpus)
     rows, masks = train_data.input_ids, train_data.attention_mask
     model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)

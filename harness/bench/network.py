@@ -99,6 +99,18 @@ def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repea
         opt.step()
         ema.update(model)
 
+    from harness.resources import training_step_bytes
+
+    estimate = training_step_bytes(
+        batch=B,
+        seq_len=L,
+        d=d,
+        layers=layers,
+        heads=heads,
+        vocab_in=vocab + 1,
+        vocab_out=vocab,
+        attention_matrix=not str(device).startswith("cuda"),
+    )
     seconds = median_time(step, repeats, sync=sync_for(device))
     flops = 3 * backbone_flops(B, L, d, layers, vocab)
     frac = flops / seconds / ceiling
@@ -117,6 +129,7 @@ def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repea
             "optimizer": "AdamW (foreach)",
             "clip": "foreach",
             "ema": "foreach",
+            "memory_estimate_mib": estimate.total / 2**20,
         },
     )
 

@@ -152,4 +152,14 @@ def render_markdown(record: dict[str, Any]) -> str:
         "Peak resident memory per stage (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in record["peak_rss_mib"].items()),
         "",
     ]
+    estimates = [f for f in record["figures"] if "memory_estimate_mib" in (f.get("detail") or {})]
+    for f in estimates:  # the estimate `train` checks before it starts, beside what the stage measured
+        peak = record["peak_rss_mib"].get("train_step")
+        lines += [
+            f"Training-step memory estimate ({f['name']}): {f['detail']['memory_estimate_mib']:.0f} MiB; "
+            f"measured peak of the stage (the process, the model included): {peak:.0f} MiB"
+            if peak is not None
+            else f"Training-step memory estimate: {f['detail']['memory_estimate_mib']:.0f} MiB",
+            "",
+        ]
     return "\n".join(lines)
