@@ -341,6 +341,8 @@ def _train(
                 if save.last_saved != done:
                     save(done)
                 raise stop.interrupted(done, cfg.train.steps, out)
+        if end > start_step and stop.requested(info.world):  # a signal during the last step: the run is
+            raise stop.interrupted(end, cfg.train.steps, out)  # saved; the caller (a reproduce job) stops too
     if end == start_step and info.is_main and not (out / "model.safetensors").exists():
         save(end)
     wall = time.time() - t0
