@@ -42,12 +42,14 @@ def table_cmd(records, layout, fmt, out):
     from pathlib import Path
 
     from harness.errors import PrimebenchError
-    from harness.views import build_table, load_records, render, to_rich
+    from harness.views import render, to_rich
+    from harness.views.records_io import load_record_files
 
     def warn(path, exc) -> None:  # one bad file in a results folder must not hide the rest
         click.echo(f"warning: skipped {str(path)!r}: {exc.problem}", err=True)
 
-    loaded = load_records(records, skip=warn)
+    files = load_record_files(records, skip=warn)
+    loaded = [record for _, record in files]
     if layout is None:
         found = sorted({str(r.get("evaluation")) for r in loaded})
         if len(found) != 1 or found[0] not in _LAYOUTS:
@@ -56,7 +58,7 @@ def table_cmd(records, layout, fmt, out):
                 fix=f"pass --layout ({', '.join(_LAYOUTS)}) and records of one evaluation",
             )
         layout = found[0]
-    table = build_table(loaded, layout)
+    table = _build(files, layout, warn)
     if out is not None:
         from harness.io import atomic_write_text
         from harness.logging import console
@@ -71,6 +73,39 @@ def table_cmd(records, layout, fmt, out):
         stdout_console().print(to_rich(table))
     else:
         click.echo(render(table, fmt), nl=False)
+
+
+#: what a view raises on a record whose fields are not what the harness writes
+_MISSHAPEN = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
+
+
+def _build(files, layout: str, warn):
+    """The table of the records in ``files`` ((path, record) pairs); a record the layout cannot read (a
+    field missing or of another type: a damaged or hand-edited file) is skipped with a warning that
+    names it, like an unreadable file."""
+    from harness.errors import PrimebenchError
+    from harness.views import build_table
+
+    good = []
+    for path, record in files:
+        try:
+            build_table([record], layout)
+        except _MISSHAPEN as exc:
+            warn(path, PrimebenchError(f"its fields are not a {layout} record's ({type(exc).__name__}: {exc})"[:400]))
+        else:
+            good.append(record)
+    if not good:
+        raise PrimebenchError(
+            f"none of the {len(files)} records can be read as a {layout} table",
+            fix="pass records written by `primebench eval ... --out DIR`, unedited",
+        )
+    try:
+        return build_table(good, layout)
+    except _MISSHAPEN as exc:
+        raise PrimebenchError(
+            f"the records do not fit one {layout} table together ({type(exc).__name__}: {exc})"[:400],
+            fix="pass records of one evaluation, unedited",
+        ) from None
 
 
 def _table_path(out, layout: str, fmt: str):

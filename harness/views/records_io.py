@@ -12,6 +12,13 @@ from harness.errors import PrimebenchError
 def load_records(
     paths: Iterable[str | Path], *, skip: Callable[[Path, PrimebenchError], None] | None = None
 ) -> list[dict[str, Any]]:
+    """The records of :func:`load_record_files`, without their paths."""
+    return [record for _, record in load_record_files(paths, skip=skip)]
+
+
+def load_record_files(
+    paths: Iterable[str | Path], *, skip: Callable[[Path, PrimebenchError], None] | None = None
+) -> list[tuple[Path, dict[str, Any]]]:
     """Read every record named by ``paths``: JSON files, or folders (all ``*.json`` inside,
     recursively, in sorted order). A file that is not a record raises :func:`read_record`'s error;
     with ``skip``, it is passed to ``skip(path, error)`` and left out instead, and only a set of
@@ -30,11 +37,11 @@ def load_records(
             fix="pass record files or folders written by `primebench eval ... --out DIR`",
         )
     if skip is None:
-        return [read_record(f) for f in files]
+        return [(f, read_record(f)) for f in files]
     records, problems = [], []
     for file in files:
         try:
-            records.append(read_record(file))
+            records.append((file, read_record(file)))
         except (PrimebenchError, OSError) as exc:
             if isinstance(exc, OSError):
                 exc = PrimebenchError(f"record {str(file)!r} cannot be read ({exc.strerror or exc})")
