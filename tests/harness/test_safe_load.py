@@ -89,6 +89,9 @@ def test_trainer_state_with_code_is_refused_on_resume(tmp_path, marker):
     train(cfg, tmp_path / "r", quiet=True, stop_after=2)
     state = torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)
     _evil(tmp_path / "r" / "trainer_state.pt", marker, inside=state)
+    with pytest.raises(CheckpointError, match="not the one saved with this checkpoint"):
+        train(cfg, tmp_path / "r", quiet=True, resume=True)  # its hash no longer matches: never unpickled
+    (tmp_path / "r" / "trainer_state.sha256").unlink()  # a checkpoint saved before the hash existed
     with pytest.raises(CheckpointError, match="arbitrary code"):
         train(cfg, tmp_path / "r", quiet=True, resume=True)
 
