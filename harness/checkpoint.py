@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import yaml
 
+from harness import stopping
 from harness.config import Config, config_from_dict, drop_legacy_model_keys
 from harness.errors import CheckpointError, PrimebenchError
 from harness.io import finish_replace_together, replace_together, safetensors_bytes
@@ -67,7 +68,15 @@ def save_checkpoint(
     """Write (or overwrite) a checkpoint folder: the tokenizer once, then weights, state and config
     replaced together (a crash leaves all three of the previous save or all three of this one).
 
-    The same tensors and settings give the same bytes (and so the same ``checkpoint_sha256``)."""
+    The same tensors and settings give the same bytes (and so the same ``checkpoint_sha256``). A
+    SIGINT/SIGTERM waits until the save is done (:func:`harness.stopping.critical`)."""
+    with stopping.critical():
+        _save_checkpoint(
+            out, model=model, ema_state=ema_state, cfg=cfg, tokenizer=tokenizer, step=step, trainer_state=trainer_state
+        )
+
+
+def _save_checkpoint(out, *, model, ema_state, cfg, tokenizer, step, trainer_state) -> None:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import stopping
+
 if TYPE_CHECKING:
     import torch
 
@@ -47,6 +49,7 @@ def write_error(path: Path, exc: OSError, *, kept: str = "the previous file, if 
     return WriteError(f"cannot write {str(path)!r}: {reason}{f' ({code})' if code else ''}; {kept}", fix=fix)
 
 
+@stopping.uncut
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp)`` to fill a temporary file next to ``path``, then move it onto ``path``.
 
@@ -122,6 +125,7 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+@stopping.uncut
 def create_exclusive(path: str | Path, data: bytes, *, numbered: bool = True) -> Path:
     """Create a new file holding ``data`` without ever replacing one that exists.
 
@@ -176,6 +180,7 @@ class Recovered:
     reason: str = ""
 
 
+@stopping.uncut
 def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: str = "") -> None:
     """Replace the files ``files`` (name -> bytes) in ``folder`` as one, so a crash at any moment
     (SIGKILL, power loss, a full disk) leaves either every old file or every new one.
@@ -214,6 +219,7 @@ def replace_together(folder: str | Path, files: Mapping[str, bytes], *, note: st
     shutil.rmtree(pending)
 
 
+@stopping.uncut
 def finish_replace_together(folder: str | Path) -> Recovered | None:
     """Complete or discard a :func:`replace_together` that a crash interrupted in ``folder``.
 

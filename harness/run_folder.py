@@ -15,13 +15,12 @@ import contextlib
 import json
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness import distributed
+from harness import distributed, stopping
 from harness.checkpoint import (
     load_trainer_state,
     non_finite,
@@ -215,32 +214,35 @@ class Saver:
 
 
 class StopOnSignal:
-    """Turn the first SIGINT/SIGTERM into a request to stop after the current step.
+    """A training loop's view of :mod:`harness.stopping`: inside it the first SIGINT/SIGTERM is a
+    request to stop after the current step, except in the parts of a step wrapped in
+    :meth:`abortable` (the forward and backward pass, the validation), where it stops at once.
 
     The loop checks :meth:`requested` after each step, saves a checkpoint and raises
-    :meth:`interrupted`; a second signal aborts at once. Handlers are installed only in the main thread
+    :meth:`interrupted`; a second signal stops at once. Handlers are installed only in the main thread
     and restored on exit."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
     def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict = {}
+        self._remote: int | None = None
+        self._stack: contextlib.ExitStack | None = None
 
-    def _handle(self, signum, frame):
-        if self.signum is not None:
-            raise KeyboardInterrupt
-        self.signum = signum
+    @property
+    def signum(self) -> int | None:
+        return stopping.requested() or self._remote
 
     def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(stopping.handling())
+        self._stack.enter_context(stopping.deferred())
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self._stack.close()
+
+    def abortable(self, world: int):
+        """A part of a step that a signal may cut (one process only: ranks must stop after the same
+        step, so a distributed run only ever stops between steps)."""
+        return stopping.abortable() if world == 1 else contextlib.nullcontext()
 
     def requested(self, world: int) -> bool:
         """Whether any of the ``world`` ranks got a stop signal (every rank then stops after the same step;
@@ -249,13 +251,20 @@ class StopOnSignal:
         if world > 1:
             flag = distributed.all_reduce_sum(flag)
             if self.signum is None and float(flag) > 0:
-                self.signum = signal.SIGTERM
+                self._remote = signal.SIGTERM
         return float(flag) > 0
 
-    def interrupted(self, done: int, steps: int, out: Path) -> Interrupted:
+    def interrupted(self, done: int, steps: int, out: Path, *, saved: bool = True) -> Interrupted:
         """The error to raise once the run stopped at step ``done`` of ``steps`` with a resumable
-        checkpoint in ``out`` (exit code 128 + the signal's number)."""
+        checkpoint in ``out`` (exit code 128 + the signal's number); ``saved=False``: it stopped in its
+        first step, before anything was saved, so there is nothing to resume."""
         name = signal.Signals(self.signum or signal.SIGINT).name
+        if not saved:
+            return Interrupted(
+                f"{name} received: stopped in step {done + 1} of {steps}, before any checkpoint was saved",
+                fix="run the same command again (it starts afresh)",
+                exit_code=128 + int(self.signum or signal.SIGINT),
+            )
         return Interrupted(
             f"{name} received: stopped at step {done} of {steps}; a resumable checkpoint is in {out}",
             fix=f"continue it with the same command and --resume (primebench train ... --out {out} --resume)",

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from harness import distributed
+from harness import distributed, stopping
 from harness.config import Config
 from harness.errors import ConfigError, NumericalError
 from harness.health import Health
@@ -41,6 +41,7 @@ from harness.run_folder import (
     restore_trainer,
     run_lock,
 )
+from harness.stopping import Stop
 from harness.training_data import ImageRows, load_text_data, load_training_data, resolve_image_config
 
 
@@ -111,12 +112,24 @@ class EMA:
 
     @contextlib.contextmanager
     def swapped_in(self, model: torch.nn.Module):
-        backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        model.load_state_dict({k: v.to(backup[k].dtype) for k, v in self.shadow.items()})
+        """The EMA weights in ``model`` for the block; its own weights are back after it, however it
+        ends (a signal cannot cut a swap: see :meth:`restore`)."""
+        self._backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
         try:
+            with stopping.critical():
+                model.load_state_dict({k: v.to(self._backup[k].dtype) for k, v in self.shadow.items()})
             yield model
         finally:
-            model.load_state_dict(backup)
+            self.restore(model)
+
+    def restore(self, model: torch.nn.Module) -> None:
+        """Put the model's own weights back after :meth:`swapped_in` (idempotent: a stop that cut the
+        block's exit calls it again before saving)."""
+        backup = getattr(self, "_backup", None)
+        if backup is not None:
+            with stopping.critical():
+                model.load_state_dict(backup)
+                self._backup = None
 
 
 @torch.no_grad()
@@ -168,6 +181,35 @@ def train(
     info = distributed.setup(device)
     with run_lock(out, info.is_main):
         return _train(cfg, out, info=info, resume=resume, restart=restart, stop_after=stop_after, quiet=quiet, bar=bar)
+
+
+def _forward_backward(model, ddp, opt, save, cfg, info, rows, masks, step, per_rank, micro, autocast) -> float:
+    """One step's forward and backward passes over its micro-batches (gradients accumulated, nothing
+    applied): the part of a step a signal may cut. Returns the step's loss."""
+    for group in opt.param_groups:
+        group["lr"] = lr_at(cfg, step)
+    g_batch = torch.Generator().manual_seed(step_seed(cfg.seed, step, 0))
+    idx = torch.randint(rows.shape[0], (cfg.train.batch_size,), generator=g_batch)
+    idx = idx[info.rank * per_rank : (info.rank + 1) * per_rank]
+    g_noise = torch.Generator(device=info.device).manual_seed(step_seed(cfg.seed, step, 1 + info.rank))
+    opt.zero_grad(set_to_none=True)
+    model.begin_train_step(step, cfg.train.steps)
+    step_loss = 0.0
+    for k in range(cfg.train.grad_accum):
+        sel = idx[k * micro : (k + 1) * micro]
+        x, m = rows[sel].to(info.device), masks[sel].to(info.device)
+        sync = contextlib.nullcontext() if (k == cfg.train.grad_accum - 1 or info.world == 1) else ddp.no_sync()
+        with sync, autocast:
+            loss = ddp(x, generator=g_noise, attention_mask=m) / cfg.train.grad_accum
+        if not torch.isfinite(loss):
+            where = save.where_finite()
+            raise NumericalError(
+                f"training diverged: the loss is {float(loss.detach())} at step {step + 1}; {where}",
+                fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite checkpoint)",
+            )
+        loss.backward()
+        step_loss += float(loss.detach())
+    return step_loss
 
 
 def init_weights(model: torch.nn.Module, cfg: Config, device) -> None:
@@ -287,30 +329,17 @@ def _train(
             f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0
         )
         for step in range(start_step, end):
-            for group in opt.param_groups:
-                group["lr"] = lr_at(cfg, step)
-            g_batch = torch.Generator().manual_seed(step_seed(cfg.seed, step, 0))
-            idx = torch.randint(rows.shape[0], (cfg.train.batch_size,), generator=g_batch)
-            idx = idx[info.rank * per_rank : (info.rank + 1) * per_rank]
-            g_noise = torch.Generator(device=info.device).manual_seed(step_seed(cfg.seed, step, 1 + info.rank))
-            opt.zero_grad(set_to_none=True)
-            model.begin_train_step(step, cfg.train.steps)
-            step_loss = 0.0
-            for k in range(cfg.train.grad_accum):
-                sel = idx[k * micro : (k + 1) * micro]
-                x, m = rows[sel].to(info.device), masks[sel].to(info.device)
-                sync = contextlib.nullcontext() if (k == cfg.train.grad_accum - 1 or info.world == 1) else ddp.no_sync()
-                with sync, autocast:
-                    loss = ddp(x, generator=g_noise, attention_mask=m) / cfg.train.grad_accum
-                if not torch.isfinite(loss):
-                    where = save.where_finite()
-                    raise NumericalError(
-                        f"training diverged: the loss is {float(loss.detach())} at step {step + 1}; {where}",
-                        fix="lower train.lr or raise train.warmup (and --restart, or --resume from the finite "
-                        "checkpoint)",
+            try:
+                with stop.abortable(info.world):  # nothing is applied before opt.step: a signal stops here at once
+                    step_loss = _forward_backward(
+                        model, ddp, opt, save, cfg, info, rows, masks, step, per_rank, micro, autocast
                     )
-                loss.backward()
-                step_loss += float(loss.detach())
+            except Stop:  # the model is as the previous step left it: save that step unless nothing ran yet
+                if step == 0 and not (out / "model.safetensors").exists():
+                    raise stop.interrupted(step, cfg.train.steps, out, saved=False) from None
+                if save.last_saved != step:
+                    save(step)
+                raise stop.interrupted(step, cfg.train.steps, out) from None
             if cfg.train.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip, foreach=True)
             opt.step()
@@ -319,14 +348,23 @@ def _train(
             last_loss = float(reduced)
             done = step + 1
             record = {"step": done, "loss": last_loss, "lr": lr_at(cfg, step)}
+            cut = False
             if done % cfg.train.eval_every == 0 or done == cfg.train.steps:
-                with ema.swapped_in(model):
-                    val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
-                    model.eval()
-                    record.update(
-                        val_loss_ema=val_loss, **health.measure(model, step=done, val_loss=val_loss, device=info.device)
-                    )
+                try:  # the step is applied; a signal here skips its validation, then saves and stops
+                    with stop.abortable(info.world), ema.swapped_in(model):
+                        val_loss = validation_loss(
+                            model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device
+                        )
+                        model.eval()
+                        record.update(
+                            val_loss_ema=val_loss,
+                            **health.measure(model, step=done, val_loss=val_loss, device=info.device),
+                        )
+                        model.train()
+                except Stop:
+                    ema.restore(model)
                     model.train()
+                    cut = True
                 if "warning" in record and info.is_main:
                     console().print(f"[yellow]warning:[/] {cfg.name}: {record['warning']}")
             elapsed = time.time() - t0
@@ -337,11 +375,11 @@ def _train(
                     fh.write(json.dumps(record) + "\n")
             if done % cfg.train.save_every == 0 or done == end:
                 save(done)
-            if stop.requested(info.world) and done < end:
+            if (cut or stop.requested(info.world)) and done < end:
                 if save.last_saved != done:
                     save(done)
                 raise stop.interrupted(done, cfg.train.steps, out)
-        if end > start_step and stop.requested(info.world):  # a signal during the last step: the run is
+        if end > start_step and (cut or stop.requested(info.world)):  # a signal during the last step: the run is
             raise stop.interrupted(end, cfg.train.steps, out)  # saved; the caller (a reproduce job) stops too
     if end == start_step and info.is_main and not (out / "model.safetensors").exists():
         save(end)

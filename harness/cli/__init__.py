@@ -5,7 +5,8 @@ Results go to stdout (``--json`` for machines); progress and logs go to stderr. 
 happen inside commands so ``primebench --help`` is fast. The harness's own errors
 (:class:`harness.errors.PrimebenchError`, raised for anything a user can correct) and click's usage
 errors print a message that names the problem and the fix and exit with status 2; so does a file-system
-error on a path (a name too long, no permission). Ctrl-C (SIGINT) prints one line and exits with 130.
+error on a path (a name too long, no permission). SIGINT (Ctrl-C) and SIGTERM stop any command within
+seconds (:mod:`harness.stopping`), print one line and exit with 130 / 143.
 A failed memory allocation (a batch or a sequence too large for the machine) is named with the
 settings that size it, status 2.
 Any other exception is a bug: its traceback is shown with a line asking to report it, exit status 1.
@@ -22,6 +23,12 @@ from harness.errors import Interrupted, PrimebenchError
 
 class _Group(click.Group):
     def invoke(self, ctx):
+        from harness.stopping import handling
+
+        with handling():  # SIGINT and SIGTERM stop any command within seconds (harness.stopping)
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except PrimebenchError as exc:
@@ -29,10 +36,11 @@ class _Group(click.Group):
             if exc.fix:
                 click.echo(f"  fix: {exc.fix}", err=True)
             ctx.exit(exc.exit_code if isinstance(exc, Interrupted) else 2)
-        except KeyboardInterrupt:  # SIGINT outside `train` (which saves and raises Interrupted): 128 + 2
-            click.echo("\nerror: interrupted (SIGINT); nothing more was written", err=True)
+        except KeyboardInterrupt as exc:  # outside `train` (which saves and raises Interrupted): 128 + signal
+            name, code = getattr(exc, "name", "SIGINT"), getattr(exc, "exit_code", 130)
+            click.echo(f"\nerror: interrupted ({name}); nothing more was written", err=True)
             click.echo("  fix: run the command again (records and caches are written whole, never in part)", err=True)
-            ctx.exit(130)
+            ctx.exit(code)
         except OSError as exc:
             if exc.filename is None:
                 _report_bug()

@@ -431,25 +431,30 @@ def test_a_pending_file_in_the_run_folder_stops_the_run_before_it_trains(tmp_pat
     assert not (tmp_path / "r" / "train_log.jsonl").exists()
 
 
-def test_a_signal_during_the_last_step_stops_the_caller_too(tmp_path, monkeypatch):
-    """SIGTERM while the last step runs: the run finishes and saves that step, then raises Interrupted
-    (143) instead of returning, so a reproduce job stops rather than swallowing the signal."""
+@pytest.mark.parametrize("call,stopped", [(1, 2), (2, 3)])
+def test_a_signal_during_the_last_step_stops_the_caller_too(tmp_path, monkeypatch, call, stopped):
+    """SIGTERM while the last step runs raises Interrupted (143) instead of returning, so a reproduce
+    job stops rather than swallowing the signal. The trainer reads the rate twice a step: the first
+    read is in the forward part, which the signal cuts at once (the step is dropped, step 2 is saved);
+    the second comes after the update, which is kept: the run saves step 3 and stops."""
     import signal as _signal
 
     import harness.training as training
     from harness.errors import Interrupted
 
-    real_lr_at, sent = training.lr_at, []
+    real_lr_at, calls = training.lr_at, []
 
     def signal_at_the_last_step(cfg, step):
-        if step == cfg.train.steps - 1 and not sent:  # once (the trainer reads the rate twice a step)
-            sent.append(step)
-            os.kill(os.getpid(), _signal.SIGTERM)
+        if step == cfg.train.steps - 1:
+            calls.append(step)
+            if len(calls) == call:
+                os.kill(os.getpid(), _signal.SIGTERM)
         return real_lr_at(cfg, step)
 
     monkeypatch.setattr(training, "lr_at", signal_at_the_last_step)
-    with pytest.raises(Interrupted, match="SIGTERM received: stopped at step 3 of 3") as info:
+    with pytest.raises(Interrupted, match=f"SIGTERM received: stopped at step {stopped} of 3") as info:
         train(load_config("tiny/arm", ["train.steps=3", "train.eval_every=3"]), tmp_path / "r", quiet=True)
     assert info.value.exit_code == 143
-    assert int(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)["step"]) == 3
+    assert int(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=True)["step"]) == stopped
+    assert _log_steps(tmp_path / "r") == list(range(1, stopped + 1))
     assert _signal.getsignal(_signal.SIGTERM) is _signal.SIG_DFL  # the handler is restored
