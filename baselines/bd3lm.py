@@ -178,6 +178,7 @@ class BD3LM(MaskedDiffusion):
         return build_bd3lm(state, shape=shape, clip=(float(clip[0]), float(clip[1])), extra_keys=[], **kept)
 
     bench_nll_cost_target = 2.5
+    network_positions_per_token = 2
 
     @classmethod
     def bench_variants(cls) -> tuple[dict[str, Any], ...]:

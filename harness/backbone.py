@@ -374,6 +374,26 @@ class Backbone(nn.Module):
         return self.final(h, None).float()
 
 
+def network_shape(net: nn.Module) -> dict[str, int] | None:
+    """``d_model``, ``n_layers``, ``n_heads`` and ``mlp_ratio`` of a family's network, for the memory
+    estimate (:mod:`harness.resources`): ours from its config, a release's DiT from the sizes it was
+    built with, a transformers model from its config; None when they cannot be read."""
+    if isinstance(net, Backbone):
+        c = net.cfg
+        return {"d_model": c.d_model, "n_layers": c.n_layers, "n_heads": c.n_heads, "mlp_ratio": c.mlp_ratio}
+    dit = net._modules.get("dit")
+    if dit is not None and isinstance(dit.__dict__.get("shape"), dict):
+        return dict(dit.__dict__["shape"])
+    hf = net._modules.get("hf")
+    config = None if hf is None else hf.__dict__.get("config")
+    try:
+        d, layers, heads = (int(config.hidden_size), int(config.num_hidden_layers), int(config.num_attention_heads))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d
+    return {"d_model": d, "n_layers": layers, "n_heads": heads, "mlp_ratio": max(1, round(int(inner) / d))}
+
+
 class KVCache:
     """Keys and values (B, H, P, Dh) of the P finished positions per layer, and the last states each
     neighbour mixer needs, for :meth:`Backbone.extend` (BD3-LM's block-by-block sampling)."""

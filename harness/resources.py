@@ -84,6 +84,59 @@ def training_step_bytes(
     )
 
 
+def inference_step_bytes(
+    *,
+    batch: int,
+    positions: int,
+    vocab_out: int,
+    weights: int,
+    d: int | None = None,
+    layers: int | None = None,
+    heads: int | None = None,
+    mlp_ratio: int = 4,
+    attention_matrix: bool = True,
+    float64_logits: bool = False,
+) -> Estimate:
+    """One forward pass without gradients (an evaluation batch, a sampler step): ``weights`` bytes of
+    parameters, the largest layer's transient activations (its input, q, k, v, the attention output,
+    the MLP's hidden features before and after the activation, and with ``attention_matrix`` each
+    head's L x L scores and probabilities; only one layer's are alive at a time), and the logits over
+    the vocabulary with their log-softmax and a working copy, plus two float64 copies when the sampler
+    draws in float64. ``d``, ``layers``, ``heads`` None: the network's sizes are unknown and only the
+    weights and the logits are counted."""
+    tokens = batch * positions
+    parts = {
+        "weights": int(weights),
+        "logits over the vocabulary": tokens * vocab_out * (3 * FLOAT + (2 * 8 if float64_logits else 0)),
+    }
+    if d and layers and heads:
+        parts["one layer's activations"] = FLOAT * (
+            tokens * d * (5 + 2 * mlp_ratio) + (2 * batch * heads * positions * positions if attention_matrix else 0)
+        )
+    return Estimate(parts)
+
+
+def inference_for_model(model, *, batch: int, seq_len: int, float64_logits: bool = False) -> Estimate:
+    """:func:`inference_step_bytes` for a loaded family ``model`` scoring or sampling ``batch`` rows of
+    ``seq_len`` tokens (its network reads ``network_positions_per_token`` positions per token)."""
+    from harness.backbone import network_shape
+
+    shape = network_shape(model.backbone) or {}
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return inference_step_bytes(
+        batch=batch,
+        positions=seq_len * int(model.network_positions_per_token),
+        vocab_out=int(model.vocab_size),
+        weights=weights,
+        d=shape.get("d_model"),
+        layers=shape.get("n_layers"),
+        heads=shape.get("n_heads"),
+        mlp_ratio=int(shape.get("mlp_ratio", 4)),
+        attention_matrix=model.device.type != "cuda",
+        float64_logits=float64_logits,
+    )
+
+
 def estimate_for_config(cfg, vocab_size: int, *, world: int = 1, device: str = "cpu") -> Estimate:
     """:func:`training_step_bytes` for a training config on one of ``world`` processes (its micro-batch:
     the global batch over the processes and the accumulation steps; the family's input vocabulary read
@@ -156,6 +209,8 @@ __all__ = [
     "backbone_parameters",
     "check_fits",
     "estimate_for_config",
+    "inference_for_model",
+    "inference_step_bytes",
     "memory_limit",
     "training_step_bytes",
 ]

@@ -185,3 +185,63 @@ def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=
             )
         )
     return out
+
+
+def inference_memory_figures(*, B=8, L=256, d=256, layers=4, heads=4, vocab=C_GPT2, device="cpu"):
+    """The memory estimate that ``eval`` and the samplers check before they start
+    (:func:`harness.resources.inference_for_model`) beside what the work measurably adds: the growth of
+    the process's resident memory (CUDA: of the allocator's peak) during one evaluation batch (MDLM's
+    NLL, one Monte-Carlo sample) and one sampler run (4 ancestral steps in float64) of ``B`` rows of
+    ``L`` tokens. The estimate is meant to lie on the upper side: the mark says whether it does."""
+    from harness.bench.measure import PeakRSS
+    from harness.models import build_model
+    from harness.resources import inference_for_model
+    from harness.sampling import generate
+
+    model = build_model("mdlm", vocab_size=vocab, seq_len=L, d_model=d, n_layers=layers, n_heads=heads).to(device)
+    model.eval()
+    x = torch.randint(0, vocab, (B, L), generator=torch.Generator().manual_seed(0)).to(device)
+    cuda = str(device).startswith("cuda")
+    cases = [
+        ("an evaluation batch", lambda: model.nll(x, generator=torch.Generator(device=device).manual_seed(0)), False),
+        ("a sampler run", lambda: generate(model, num_samples=B, batch_size=B, steps=4, generator=0), True),
+    ]
+    figures = []
+    for what, work, float64 in cases:
+        estimate = inference_for_model(model, batch=B, seq_len=L, float64_logits=float64)
+        weights = estimate.parts["weights"]  # already resident: the growth is measured over them
+        with torch.no_grad():
+            work()  # warm-up: lazy initialisation is not the work's memory
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                work()
+                torch.cuda.synchronize()
+                grown = torch.cuda.max_memory_allocated() - base
+            else:
+                with PeakRSS() as mem:
+                    base = PeakRSS.current()
+                    work()
+                grown = max(0, mem.peak - base)
+        predicted = estimate.total - weights
+        figures.append(
+            Figure(
+                f"memory: {what}, measured growth / estimate",
+                grown / predicted,
+                "fraction",
+                "<= 1 (the estimate on the upper side)",
+                predicted >= grown,
+                {
+                    "estimate_mib": predicted / 2**20,
+                    "measured_growth_mib": grown / 2**20,
+                    "parts_mib": {k: v / 2**20 for k, v in estimate.parts.items() if k != "weights"},
+                    "batch": B,
+                    "seq_len": L,
+                    "d_model": d,
+                    "n_layers": layers,
+                    "vocab": vocab,
+                },
+            )
+        )
+    return figures

@@ -11,7 +11,7 @@ import torch
 
 from harness.bench.judge import judge_figures
 from harness.bench.measure import Figure, PeakRSS, block_matmuls, gemm_throughput
-from harness.bench.network import forward_figures, nll_cost_figures, train_step_figure
+from harness.bench.network import forward_figures, inference_memory_figures, nll_cost_figures, train_step_figure
 from harness.bench.sampling import precision_cost_figures, sampling_figures
 
 
@@ -76,6 +76,7 @@ def run_bench(
                 )
             elif stage == "nll_cost":
                 figures += nll_cost_figures(repeats=repeats, device=device, B=2 if quick else 4)
+                figures += inference_memory_figures(B=2 if quick else 8, L=64 if quick else 256, device=device)
             elif stage == "sampling":
                 figures += sampling_figures(
                     L=64 if quick else 256,

@@ -178,6 +178,9 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
     #: ``primebench bench``'s bound on the cost of one Monte-Carlo NLL sample over the exact family's
     #: NLL at the same backbone (BD3-LM's network reads 2L positions, so its bound is 2.5)
     bench_nll_cost_target: ClassVar[float] = 1.25
+    #: positions the network reads per token of a row (BD3-LM's reads the noisy row beside the clean
+    #: one: 2); the memory estimate of an evaluation batch or a sampler scales with it
+    network_positions_per_token: ClassVar[int] = 1
 
     @classmethod
     def bench_variants(cls) -> tuple[dict[str, Any], ...]:

@@ -166,6 +166,8 @@ class MDLMDiT(nn.Module):
         if hidden_dim % ell:
             raise ValueError(f"hidden_dim {hidden_dim} must split into ell = {ell} sub-token embeddings")
         self.ell, self.causal = ell, causal
+        #: the sizes the memory estimate reads (:func:`harness.backbone.network_shape`)
+        self.shape = {"d_model": hidden_dim, "n_layers": n_blocks, "n_heads": n_heads, "mlp_ratio": 4}
         self.vocab_embed = _Embedding(vocab_size, hidden_dim // ell)
         cond = None if causal else cond_dim
         if not causal:

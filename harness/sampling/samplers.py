@@ -39,6 +39,7 @@ import torch
 
 from harness.errors import PrimebenchError
 from harness.registry import Registry
+from harness.resources import check_fits, inference_for_model
 from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
 from harness.sampling.blocks import run_by_blocks
@@ -323,6 +324,15 @@ def generate(
     )
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
     device = model.device
+    rows_per_batch = min(batch_size, num_samples)
+    check_fits(
+        inference_for_model(
+            model, batch=rows_per_batch, seq_len=int(model.seq_len), float64_logits=settings.dtype == torch.float64
+        ),
+        what=f"sampling batches of {rows_per_batch} rows of {model.seq_len} tokens",
+        sized_by="--batch-size or the model's sequence length",
+        device=str(device),
+    )
     gen = _generator(generator, device)
     target = model if spec.name == "autoregressive" else UnitModel(model)
     run = spec.run
