@@ -28,7 +28,8 @@ from harness.cli.options import device_option, json_option, out_option
 def train_cmd(config, overrides, out, resume, restart, stop_after, device, as_json, quiet):
     """Train CONFIG (a preset such as tiny/arm, or a YAML path) with dotted OVERRIDES (train.steps=200).
 
-    SIGINT or SIGTERM saves a resumable checkpoint at the current step and exits with 130 / 143."""
+    SIGINT or SIGTERM stops within seconds (inside a step too), saves the last finished step for --resume
+    and exits with 130 / 143."""
     from harness import distributed
     from harness.config import load_config
     from harness.training import train
