@@ -195,3 +195,49 @@ def test_damaged_records_never_give_a_traceback_in_table(seed, tmp_path):
         (folder / "ok.json").write_text(source.read_text())
         res = runner.invoke(main, ["table", str(folder), "--format", rng.choice(["md", "csv", "latex", "rich"])])
         _assert_no_traceback(res, (source.name, i))
+
+
+#: options of the commands that run on a real checkpoint, with values that parse: the edges of their
+#: ranges and the combinations that cannot work (a row longer than the model's, one token per row)
+ON_A_CHECKPOINT = {
+    ("eval", "ppl"): {
+        "--batch-size": ["1", "3", "100000"],
+        "--max-rows": ["1", "2", "3"],
+        "--mc-samples": ["1", "3"],
+        "--seq-len": ["1", "2", "7", "100000"],
+        "--estimator": ["default", "both", "exact", "bound", "subtoken", "token_joint"],
+        "--time-sampler": ["t", "n"],
+        "--seed": ["0", "4294967295"],
+    },
+    ("eval", "genppl"): {
+        "-n": ["1", "2"],
+        "--batch-size": ["1", "100000"],
+        "--steps": ["1", "2", "300"],
+        "--temperature": ["0.001", "1000"],
+        "--nucleus": ["0.001", "1"],
+        "--dtype": ["float32", "float64"],
+        "--sampler": ["ancestral", "first-hitting", "maskgit", "autoregressive"],
+        "--seed": ["0", "4294967295"],
+    },
+}
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_settings_on_a_real_checkpoint_give_a_result_or_a_named_error(seed, trained, tmp_path, monkeypatch):
+    """The fuzz above stops at the missing checkpoint; here the values that parse reach a trained one."""
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(100 + seed)
+    runner = CliRunner()
+    checkpoints = {family: str(trained(family)) for family in ("mdlm", "prime")}
+    for i in range(6):
+        command = rng.choice(sorted(ON_A_CHECKPOINT))
+        options = ON_A_CHECKPOINT[command]
+        args = [*command, checkpoints[rng.choice(sorted(checkpoints))], "--out", str(tmp_path / f"r{i}")]
+        if command == ("eval", "ppl"):
+            args += ["--max-rows", "2"]
+        else:
+            args += ["-n", "2", "--no-references", "--judge", f"arm:{trained('arm')}"]
+        for name in rng.sample(sorted(options), k=rng.randint(1, 3)):
+            args += [name, rng.choice(options[name])]
+        res = runner.invoke(main, args)
+        _assert_no_traceback(res, args)
