@@ -57,6 +57,9 @@ class BoundRow:
     subtoken_bound_stderr: float | None = None
     token_joint_stderr: float | None = None
     tokens: float | None = None
+    #: the row's own sizes (``C``, ``ell``, ``L``) where they differ from the audit's protocol (the
+    #: worked example's C = 4; one-token rows' L = 1); tables show them in the row
+    shape: dict[str, int] | None = None
 
     @property
     def gap(self) -> float | None:
@@ -152,7 +155,7 @@ class BoundAudit:
             items.append(
                 {
                     "metrics": {k: m.to_dict() for k, m in metrics.items()},
-                    "protocol": {"case": r.name, "method": r.method, "family": r.family},
+                    "protocol": {"case": r.name, "method": r.method, "family": r.family, **(r.shape or {})},
                     "data_entropy": detail["data_entropy"],
                     "gap_paper_minus_exact": detail["gap_paper_minus_exact"],
                     "subtoken_bound_holds": detail["subtoken_bound_holds"],

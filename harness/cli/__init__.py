@@ -109,7 +109,8 @@ def _os_error_fix(exc: OSError) -> str:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="primebench")
 def main() -> None:
-    """primebench: train and evaluate MDM-Prime, MDLM, ARM and masked models with one protocol."""
+    """primebench: train and evaluate discrete diffusion models (MDM-Prime, MDLM, BD3-LM, UDLM, DUO), an
+    autoregressive and a masked model with one protocol (`primebench models` lists the families)."""
 
 
 def _register() -> None:

@@ -14,6 +14,7 @@ from harness.cli.options import (
     out_option,
     seed_option,
 )
+from harness.cli.parsing import Command
 
 
 def _parse_toy(ctx, param, value: str | None) -> tuple[int, int | str, int] | None:
@@ -36,7 +37,7 @@ def _parse_toy(ctx, param, value: str | None) -> tuple[int, int | str, int] | No
     return C, ell, L
 
 
-@click.command("bound")
+@click.command("bound", cls=Command)
 @click.argument("checkpoint", required=False)
 @click.option(
     "--toy",
@@ -100,9 +101,9 @@ def bound_cmd(
 
     Without CHECKPOINT: exact enumeration on the reference worked example and random toy models, or
     (--unigram) on the ideal model of a real corpus's unigram law at ell = 1, 2, 4 and binary.
-    With CHECKPOINT (a folder of ours, or a release by prefix: hf:, mdlm-hf:, mdlm-ckpt:, prime-ckpt:,
-    ar-ckpt:): Monte Carlo on the first --max-rows rows of its validation split (Prime: both numbers;
-    MDLM/masked: the bound; ARM: the exact NLL).
+    With CHECKPOINT (a folder of ours, or a release by prefix: {release_prefixes}): Monte Carlo on
+    the first --max-rows rows of its validation split (Prime: both numbers; the other diffusion
+    families: their bound; an ARM: the exact NLL).
     """
     from harness.audit.bound import audit_checkpoint, toy_audit, unigram_audit
     from harness.cli.emit import emit_record

@@ -81,7 +81,8 @@ def eval_group():
 @out_option()
 @json_option()
 def ppl_cmd(checkpoint, out, as_json, **settings):
-    """Perplexity of CHECKPOINT: exact for the ARM, a bound for MDLM/masked/Prime (and Prime's paper objective)."""
+    """Perplexity of CHECKPOINT: exact for the ARM, a valid bound for the diffusion families (MDLM, masked,
+    Prime, BD3-LM, UDLM, DUO), and Prime's paper objective, which is not one."""
     from harness.cli.emit import emit_record
     from harness.evaluation.ppl import run_ppl
     from harness.views import render_ppl

@@ -56,5 +56,5 @@ def zeroshot_cmd(checkpoint, max_rows, out, as_json, **settings):
     from harness.lmeval import run_zeroshot
     from harness.views import render_zeroshot
 
-    record = run_zeroshot(checkpoint, limit=max_rows, **settings)
+    record = run_zeroshot(checkpoint, max_rows=max_rows, **settings)
     emit_record(record, out=out, as_json=as_json, render=render_zeroshot)

@@ -116,6 +116,19 @@ class Command(click.Command):
         super().__init__(*args, **kwargs)
         self.aliases = dict(aliases or {})
 
+    def format_help_text(self, ctx, formatter):
+        """The help text with ``{release_prefixes}`` filled from the release registry when shown, so a
+        new release format appears in every command's help without an edit here."""
+        original = self.help
+        if original and "{release_prefixes}" in original:
+            from harness.models.releases import release_prefixes
+
+            self.help = original.replace("{release_prefixes}", ", ".join(release_prefixes()))
+        try:
+            super().format_help_text(ctx, formatter)
+        finally:
+            self.help = original
+
     def parse_args(self, ctx, args):
         out, rest = [], list(args)
         while rest:

@@ -70,7 +70,7 @@ def _run_quickstart(out, force, judge, train_steps, max_rows, samples):
 @reproduce_group.command("quickstart", cls=Command, aliases=JOB_ALIASES)
 @_job_options("results/runs/quickstart", 8)
 def reproduce_quickstart_cmd(out, force, judge, train_steps, max_rows, samples):
-    """Train ARM, MDLM, masked and Prime (ell=2, 4) on embedded Wikipedia text and digits; print ppl, genppl,
+    """Train ARM, BD3-LM, MDLM, masked and Prime (ell=2, 4) on embedded Wikipedia text and digits; print ppl, genppl,
     zero-shot, idle, bound, precision and Gumbel tables; write tables.md and PNG plots."""
     _run_quickstart(out, force, judge, train_steps, max_rows, samples)
 

@@ -128,7 +128,7 @@ def _paper_command(preset: str, summary: str):
 PAPER_COMMANDS = [
     _paper_command(name, summary)
     for name, summary in (
-        ("owt", "OpenWebText perplexity of ARM, MDLM, Prime ell = 2 and 4 (MDM-Prime Table 1)."),
+        ("owt", "OpenWebText perplexity of ARM, MDLM, BD3-LM, Prime ell = 2 and 4 (MDM-Prime Table 1)."),
         ("zeroshot", "Zero-shot perplexity on the seven MDLM-style sets (MDM-Prime Table 2)."),
         ("genppl", "Gen PPL with entropy under GPT-2 Large, float64, over steps."),
         ("cifar10-fid", "CIFAR-10 FID and IS from 50,000 samples (MDM-Prime Table 3)."),

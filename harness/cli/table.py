@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from harness.cli.options import option
@@ -29,7 +31,13 @@ _SUFFIX = {"rich": ".txt", "md": ".md", "latex": ".tex", "csv": ".csv"}
     show_default=True,
     help="rich (terminal), md (Markdown), latex (booktabs tabular), csv (plain values).",
 )
-@option("--out", "The table is written into it as TABLE.EXT (ppl.md, zeroshot.tex, ...).", default=None)
+@option(
+    "--out",
+    "The table is written into it as TABLE.EXT (ppl.md, zeroshot.tex, ...).",
+    default=None,
+    type=click.Path(),
+    callback=lambda ctx, param, value: _check_out(ctx, param, value),
+)
 def table_cmd(records, layout, fmt, out):
     """Render a paper-style table from RECORDS (JSON record files or folders of them).
 
@@ -106,6 +114,20 @@ def _build(files, layout: str, warn):
             f"the records do not fit one {layout} table together ({type(exc).__name__}: {exc})"[:400],
             fix="pass records of one evaluation, unedited",
         ) from None
+
+
+def _check_out(ctx, param, value):
+    """``--out`` checked when parsed, before any record is read: a folder (or the deprecated FILE.EXT,
+    whose folder is checked)."""
+    from harness.cli.options import _out_callback
+
+    if value is None:
+        return None
+    path = Path(value)
+    if path.suffix in set(_SUFFIX.values()) and not path.is_dir():
+        _out_callback(ctx, param, str(path.parent))
+        return path
+    return _out_callback(ctx, param, value)
 
 
 def _table_path(out, layout: str, fmt: str):

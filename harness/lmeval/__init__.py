@@ -74,7 +74,7 @@ def run_zeroshot(
     tasks: str | list[str] = ("wiki_rolling", "wiki_lastword"),
     mc_samples: int = 32,
     batch_size: int = 16,
-    limit: int | None = None,
+    max_rows: int | None = None,
     seed: int = 0,
     time_sampler: str | None = None,
     sampler: str | None = None,
@@ -84,9 +84,12 @@ def run_zeroshot(
     carry_over: bool | None = None,
     ema: bool = True,
     draw: str = "two-stage",
+    limit: int | None = None,
 ) -> dict:
     """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record.
 
+    ``max_rows``: the first documents of each task (lm-eval's ``limit``; None: all); ``limit`` is its
+    old spelling, accepted with a deprecation warning for one release.
     ``carry_over`` overrides Prime's carry-over (None: as trained) and ``ema`` picks the EMA or raw
     weights; both are recorded. Every row starts with the tokenizer's BOS, given as context and never
     scored (what ``eval ppl --ignore-bos`` does for a whole row)."""
@@ -100,8 +103,15 @@ def run_zeroshot(
     from harness.lmeval.tasks import load_tasks, parse_tasks
     from harness.records import make_record, model_block
 
-    if limit is not None and limit < 1:
-        raise PrimebenchError(f"--limit must be a positive number of documents, got {limit}", fix="e.g. --limit 50")
+    if limit is not None:
+        import warnings
+
+        warnings.warn("run_zeroshot(limit=) is deprecated; use max_rows=", DeprecationWarning, stacklevel=2)
+        max_rows = limit if max_rows is None else max_rows
+    if max_rows is not None and max_rows < 1:
+        raise PrimebenchError(
+            f"--max-rows must be a positive number of documents, got {max_rows}", fix="e.g. --max-rows 50"
+        )
     t0 = time.time()
     names = parse_tasks(tasks)
     _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
@@ -125,7 +135,7 @@ def run_zeroshot(
         model=lm,
         tasks=loaded["specs"],
         task_manager=loaded["manager"],
-        limit=limit,
+        limit=max_rows,
         bootstrap_iters=bootstrap_iters,
         log_samples=False,
         random_seed=seed,
@@ -136,7 +146,7 @@ def run_zeroshot(
     metrics = metrics_from_results(results, kind=lm.kind, output_types=output_types)
     protocol = {
         "tasks": names,
-        "limit": limit,
+        "max_rows": max_rows,
         "documents": {t: n.get("effective") for t, n in results.get("n-samples", {}).items()},
         "task_data": {n: t.protocol() for n, t in local.items()},
         "task_versions": results.get("versions", {}),

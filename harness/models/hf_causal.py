@@ -137,9 +137,9 @@ class HFBackbone(nn.Module):
 
 def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
     """Load ``hf:NAME_OR_PATH`` as an ARM: ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    from baselines.arm import ARMConfig
     from harness.config import Config, DataConfig
     from harness.data.tokenizers.hf import TransformersTokenizer
+    from harness.models import family_class
 
     name, gguf, local = parse_hf_source(source)
     hf_model, backend = load_hf_causal(name, gguf_file=gguf, local=local, trust_remote_code=trust_remote_code)
@@ -155,7 +155,7 @@ def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
     model = hf_arm_class()(HFBackbone(hf_model), vocab_size=logits_size, seq_len=L, source=spec)
     model.to(device).eval()
     cfg = Config(
-        model=ARMConfig(family="arm"),
+        model=family_class("arm").config_class(family="arm"),
         data=DataConfig(tokenizer=spec, seq_len=L),
         name=Path(name).name if local is not None else name.replace("/", "_"),
     )
@@ -166,8 +166,10 @@ def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
 def hf_arm_class():
     """The ARM subclass whose network is a transformers causal LM (built on first use, so that
     importing this module imports no model code)."""
-    from baselines.arm import ARM
+    from harness.models import family_class
     from harness.models.base import ModelFamily
+
+    ARM = family_class("arm")
 
     class _HFCausalARM(ARM):
         """An external causal network (an HF causal LM, the release's AR DiT) as the ARM family

@@ -158,8 +158,10 @@ def build_mdlm(
     tokenizer=None,
 ):
     """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
-    from baselines.mdlm import MDLM
+    from harness.models import family_class
     from harness.models.masked_diffusion import MDLMConfig
+
+    MDLM = family_class("mdlm")
 
     dit = load_dit(state, shape, where=where, extra_keys=extra_keys)
     C = shape["vocab_size"] - 1
@@ -333,8 +335,8 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
 
 def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool | None, device: str, name: str):
     """Our ARM (an external-network ARM, as for ``hf:``) over the release's causal DiT."""
-    from baselines.arm import ARMConfig
     from harness.config import Config, DataConfig
+    from harness.models import family_class
     from harness.models.hf_causal import hf_arm_class
 
     C, L = shape["vocab_size"] - 1, shape["model_length"]
@@ -349,7 +351,7 @@ def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool |
         _provenance(source, ema), d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"]
     )
     cfg = Config(
-        model=ARMConfig(
+        model=family_class("arm").config_class(
             family="arm", d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"]
         ),
         data=DataConfig(tokenizer=tokenizer.spec, seq_len=L),

@@ -36,7 +36,7 @@ BPD = dict(estimator="both", batch_size=64, seed=0)
 FID = dict(
     reference="digits:train", features="digits-classifier", backend="frechet", samples=500, batch_size=100, seed=0
 )
-ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=2, batch_size=32, limit=24, seed=0)
+ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=2, batch_size=32, max_rows=24, seed=0)
 PRECISION = dict(
     model="mdlm",
     steps=[64, 256, 1024],
@@ -121,7 +121,9 @@ def run_quickstart(
     )
     cfgs = {name: load_config(f"quickstart/{name}", overrides) for name in MODELS + IMAGE_MODELS}
     gen = dict(GENPPL, samples=samples)
-    zeroshot = dict(ZEROSHOT, limit=ZEROSHOT["limit"] if max_rows is None else min(ZEROSHOT["limit"], max_rows))
+    zeroshot = dict(
+        ZEROSHOT, max_rows=ZEROSHOT["max_rows"] if max_rows is None else min(ZEROSHOT["max_rows"], max_rows)
+    )
     precision = dict(PRECISION, num_samples=samples, batch_size=min(PRECISION["batch_size"], samples))
     log = console().log
     with progress() as bar:

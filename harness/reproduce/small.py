@@ -52,7 +52,7 @@ def _job_models() -> tuple[str, ...]:
 MODELS = _job_models()
 PPL = dict(estimator="both", batch_size=32, mc_samples=4, seed=0)
 GENPPL = dict(samples=32, batch_size=16, method="gumbel", seed=0)
-ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=8, batch_size=32, limit=None, seed=0)
+ZEROSHOT = dict(tasks=["wiki_rolling", "wiki_lastword"], mc_samples=8, batch_size=32, max_rows=None, seed=0)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def run_small(
         raise InputError(f"unknown models {unknown} for reproduce small", fix=f"choose from {', '.join(MODELS)}")
     out = Path(out)
     cfgs = small_configs(seeds, steps, first_seed)
-    zeroshot = dict(ZEROSHOT, limit=max_rows)
+    zeroshot = dict(ZEROSHOT, max_rows=max_rows)
     with progress() as bar:
         stages = Stages(out, force=force, bar=bar, log=console().log)
         stages.task = bar.add_task("reproduce small", total=len(chosen) * seeds * 4, loss=float("nan"), tps=0.0)

@@ -93,8 +93,9 @@ def render_zeroshot(record: dict) -> None:
     console.print(table)
     a = p["adapter"]
     k = "" if p["mc_samples"] is None else f" (K={p['mc_samples']})"
+    rows = p.get("max_rows", p.get("limit"))  # records before the rename say ``limit``
     console.print(
-        f"documents {p['documents']} (limit {p['limit']}); {p['estimator']['kind']}{k}: {p['estimator']['estimator']}; "
+        f"documents {p['documents']} (max rows {rows}); {p['estimator']['kind']}{k}: {p['estimator']['estimator']}; "
         f"requests {a['requests']}; truncated contexts {a['truncated_requests']} "
         f"({a['truncated_context_tokens']} tokens)"
     )

@@ -222,3 +222,17 @@ def test_unigram_audit_of_the_embedded_corpus():
         assert res.exit_code == 2 and "--unigram" in res.output
     res = _invoke("--unigram", "nonsense:3")
     assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+def test_each_toy_row_carries_its_own_sizes_into_the_table():
+    """The worked example is C = 4 whatever --toy says; one-token rows have L = 1."""
+    from harness.audit.bound import toy_audit
+    from harness.views import build_table, render
+
+    record = toy_audit(6, 2, 2, seeds=1).to_record()
+    shapes = {item["protocol"]["case"].split(" (")[0]: item["protocol"] for item in record["rows"]}
+    assert (shapes["worked example"]["C"], shapes["worked example"]["L"]) == (4, 1)
+    assert (shapes["ideal model, random data p"]["C"], shapes["ideal model, random data p"]["L"]) == (6, 1)
+    assert (shapes["random table denoiser"]["C"], shapes["random table denoiser"]["L"]) == (6, 2)
+    lines = [line for line in render(build_table([record], "bound"), "md").splitlines() if "worked" in line]
+    assert len(lines) == 1 and "| 4 | 2 | 1 |" in lines[0]

@@ -286,7 +286,7 @@ def test_cli_zeroshot_records_labelled_metrics(trained, tmp_path):
     assert m["wiki_lastword/perplexity"]["kind"] == "bound" and m["wiki_lastword/acc"]["kind"] == "estimate"
     assert m["wiki_lastword/perplexity"]["value"] > 1
     p = rec["protocol"]
-    assert p["documents"]["wiki_lastword"] == 5 and p["mc_samples"] == 2 and p["limit"] == 5
+    assert p["documents"]["wiki_lastword"] == 5 and p["mc_samples"] == 2 and p["max_rows"] == 5
     assert len(p["task_data"]["wiki_lastword"]["sha256"]) == 64 and p["lm_eval_version"]
     assert p["adapter"]["requests"]["loglikelihood"] == 5
     assert list(tmp_path.glob("zeroshot-*.json"))
@@ -315,3 +315,14 @@ def test_cli_zeroshot_registry_task_offline_is_a_clear_error(trained):
     )
     assert res.exit_code == 2
     assert "lambada_openai" in res.output and "wiki_rolling, wiki_lastword" in res.output
+
+
+def test_run_zeroshot_takes_max_rows_and_its_old_spelling_with_a_warning(trained):
+    from harness.errors import PrimebenchError
+    from harness.lmeval import run_zeroshot
+
+    with pytest.raises(PrimebenchError, match="--max-rows must be a positive number"):
+        run_zeroshot(trained("mdlm"), tasks="wiki_lastword", max_rows=0)
+    with pytest.warns(DeprecationWarning, match="use max_rows="):
+        rec = run_zeroshot(trained("mdlm"), tasks="wiki_lastword", limit=2, mc_samples=1)
+    assert rec["protocol"]["max_rows"] == 2 and rec["protocol"]["documents"]["wiki_lastword"] == 2
