@@ -111,26 +111,28 @@ def run_paper(preset, dry_run, checkpoints, nproc, tflops, gpu, samples, steps, 
         console().log(f"table (ours beside the published numbers) in {path}")
 
 
-def _paper_command(preset: str, summary: str):
-    @click.command(
-        preset, cls=Command, aliases=STEPS_ALIASES, help=summary + " Paper scale, for GPUs; --dry-run prints the plan."
-    )
-    @_paper_options
-    @option("--samples", "For genppl and precision.", type=click.IntRange(min=1), default=None)
-    @option("--steps", "The sweep, comma-separated (genppl, precision).", callback=int_list_callback("128,256"))
-    @out_option("The root of the preset's runs.", default=Path("results/runs"), show_default=True)
-    def paper_cmd(dry_run, checkpoints, nproc, tflops, gpu, samples, steps, out):
+def _paper_command(preset: str, summary: str, sampling: bool = False):
+    """The ``reproduce PRESET`` command; ``sampling``: the preset samples, so it takes ``--samples`` and the
+    ``--steps`` sweep (the others have nothing these would change, so they do not take them)."""
+
+    def paper_cmd(dry_run, checkpoints, nproc, tflops, gpu, out, samples=None, steps=None):
         run_paper(preset, dry_run, checkpoints, nproc, tflops, gpu, samples, steps, out)
 
-    return paper_cmd
+    paper_cmd = out_option("The root of the preset's runs.", default=Path("results/runs"), show_default=True)(paper_cmd)
+    if sampling:
+        paper_cmd = option("--steps", "The sweep, comma-separated.", callback=int_list_callback("128,256"))(paper_cmd)
+        paper_cmd = option("--samples", "Per model and T.", type=click.IntRange(min=1), default=None)(paper_cmd)
+    paper_cmd = _paper_options(paper_cmd)
+    help_text = summary + " Paper scale, for GPUs; --dry-run prints the plan."
+    return click.command(preset, cls=Command, aliases=STEPS_ALIASES if sampling else None, help=help_text)(paper_cmd)
 
 
 PAPER_COMMANDS = [
-    _paper_command(name, summary)
-    for name, summary in (
-        ("owt", "OpenWebText perplexity of ARM, MDLM, BD3-LM, Prime ell = 2 and 4 (MDM-Prime Table 1)."),
-        ("zeroshot", "Zero-shot perplexity on the seven MDLM-style sets (MDM-Prime Table 2)."),
-        ("genppl", "Gen PPL with entropy under GPT-2 Large, float64, over steps."),
-        ("cifar10-fid", "CIFAR-10 FID and IS from 50,000 samples (MDM-Prime Table 3)."),
+    _paper_command(name, summary, sampling)
+    for name, summary, sampling in (
+        ("owt", "OpenWebText perplexity of ARM, MDLM, BD3-LM, Prime ell = 2 and 4 (MDM-Prime Table 1).", False),
+        ("zeroshot", "Zero-shot perplexity on the seven MDLM-style sets (MDM-Prime Table 2).", False),
+        ("genppl", "Gen PPL with entropy under GPT-2 Large, float64, over steps.", True),
+        ("cifar10-fid", "CIFAR-10 FID and IS from 50,000 samples (MDM-Prime Table 3).", False),
     )
 ]

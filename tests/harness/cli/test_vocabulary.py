@@ -41,6 +41,9 @@ def test_options_that_meant_two_things_now_mean_one():
     assert "--train-steps" in by_command["reproduce small"] and "--steps" not in by_command["reproduce small"]
     assert {"--train-steps", "--steps"} <= by_command["reproduce precision"]
     assert "--sampling-steps" not in by_command["reproduce owt"]
+    for preset in ("owt", "zeroshot", "cifar10-fid"):  # nothing is sampled: no option that would be ignored
+        assert not {"--steps", "--samples"} & by_command[f"reproduce {preset}"], preset
+    assert {"--steps", "--samples"} <= by_command["reproduce genppl"]
     assert {"--ema", "--carry-over"} <= by_command["eval fid"] & by_command["audit bound"]
     assert "--max-rows" in by_command["eval zeroshot"] and "--limit" not in by_command["eval zeroshot"]
     assert "--source-format" in by_command["import"] and "--format" not in by_command["import"]
