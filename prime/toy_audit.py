@@ -83,7 +83,9 @@ def _ell_text(C: int, ell: int | str) -> str:
     return f"ell={resolve_ell(C, ell)} binary" if ell == "binary" else f"ell={ell}"
 
 
-def _row(name: str, values: tuple[float, float, float], entropy: float, tokens: float = 1.0) -> BoundRow:
+def _row(
+    name: str, values: tuple[float, float, float], entropy: float, tokens: float = 1.0, shape: dict | None = None
+) -> BoundRow:
     """One enumerated row: (exact, sub-token bound, paper objective) nats/token and the entropy of
     its data (the model's own for a table denoiser)."""
     exact, sub, tok = values
@@ -96,6 +98,7 @@ def _row(name: str, values: tuple[float, float, float], entropy: float, tokens: 
         token_joint=tok,
         data_entropy=entropy,
         tokens=tokens,
+        shape=shape,
     )
 
 
@@ -125,7 +128,7 @@ def toy_audit(
     ex = worked_example()
     values = _expectations(ex.denoiser, ex.x0, ex.p, C=ex.C, ell=ex.ell)
     name = f"worked example (C={ex.C}, ell={ex.ell}, p=(.45,.05,.05,.45), ideal model)"
-    rows.append(_row(name, values, data_entropy(ex.p)))
+    rows.append(_row(name, values, data_entropy(ex.p), shape={"C": ex.C, "ell": ex.ell, "L": int(ex.x0.shape[1])}))
     sequences = torch.tensor(list(itertools.product(range(C), repeat=L)), dtype=torch.long)
     for s in range(seed, seed + seeds):
         g = torch.Generator().manual_seed(s)
@@ -135,11 +138,11 @@ def toy_audit(
             p = shuffled(p, shuffle_seed)
         values = _expectations(ConstantDenoiser(torch.log(p)), torch.arange(C)[:, None], p, C=C, ell=ell)
         name = f"ideal model, random data p (C={C}, {_ell_text(C, spelled)}, seed {s}{_shuffled_text(shuffle_seed)})"
-        rows.append(_row(name, values, data_entropy(p)))
+        rows.append(_row(name, values, data_entropy(p), shape={"C": C, "ell": ell, "L": 1}))
         den = TableDenoiser(C, ell, L, generator=torch.Generator().manual_seed(s))
         values = _expectations(den, sequences, None, C=C, ell=ell)
         name = f"random table denoiser (C={C}, {_ell_text(C, spelled)}, L={L}, seed {s})"
-        rows.append(_row(name, values, values[0], tokens=float(L)))
+        rows.append(_row(name, values, values[0], tokens=float(L), shape={"C": C, "ell": ell, "L": L}))
     protocol = {
         "source": "toy",
         "C": C,
@@ -217,7 +220,7 @@ def unigram_audit(
         for seed in (None,) if ell == 1 or shuffle_seed is None else (None, shuffle_seed):
             law = p if seed is None else shuffled(p, seed)
             case = f"ideal unigram model of {name} (C={C}, {_ell_text(C, spelled)}{_shuffled_text(seed)})"
-            rows.append(_row(case, ideal_one_token(law, ell), H))
+            rows.append(_row(case, ideal_one_token(law, ell), H, shape={"C": C, "ell": ell, "L": 1}))
     meta = {
         "source": "unigram",
         "data": name,
