@@ -14,22 +14,40 @@ def _collapsed(entry) -> str | None:
     return COLLAPSED_MARK if check.get("collapsed") else None
 
 
+def _close(a, b) -> bool:
+    """Whether two reference blocks are the same up to the judge's float round-off (another batch or
+    thread count moves its scores by about 1e-7): equal structure, numbers within 1e-5 relative."""
+    import math
+
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-5)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def _reference_rows(items, columns):
     """``data``, ``tiled`` and ``unigram`` rows labelled ``reference``: one set per distinct
-    reference block (named after the runs it belongs to when there is more than one)."""
-    import json
+    reference block (named after the runs it belongs to when there is more than one); blocks that
+    differ only by float round-off are one."""
 
     from harness.views.entries import metric_cell
     from harness.views.table import Cell, Footnote
 
-    groups: dict[str, tuple[dict, list[str]]] = {}
+    groups: list[tuple[dict, list[str]]] = []
     for e in items:
         refs = e.references
         if refs and "data" in refs:
-            key = json.dumps({n: refs[n] for n in ("data", "tiled", "unigram", "provenance")}, sort_keys=True)
-            groups.setdefault(key, (refs, []))[1].append(e.label)
+            block = {n: refs[n] for n in ("data", "tiled", "unigram", "provenance")}
+            same = next((g for g in groups if _close(g[0], block)), None)
+            if same is None:
+                groups.append((block, [e.label]))
+            else:
+                same[1].append(e.label)
     rows = []
-    for refs, labels in groups.values():
+    for refs, labels in groups:
         whose = f" ({', '.join(labels)})" if len(groups) > 1 else ""
         for name in ("data", "tiled", "unigram"):
             metrics = refs[name]["metrics"]

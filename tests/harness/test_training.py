@@ -2,6 +2,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -192,6 +193,9 @@ def _cli(*args, **kwargs):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # a background shell (`make test &`) starts children with SIGINT ignored, which a child keeps (as
+        # Python does): start it as a terminal's would, so that SIGINT reaches it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         **kwargs,
     )
 

@@ -78,6 +78,24 @@ def test_the_table_shows_reference_rows_and_marks_a_collapsed_run(record):
     assert any(f"{COLLAPSE_RATIO} x" in note.text for note in table.footnotes)
 
 
+def test_reference_blocks_equal_to_round_off_are_one_set_of_rows(record):
+    """The judge's scores of the same references move by about 1e-7 with batch and thread count: those
+    blocks share one set of rows; a real difference gets a set per run, named."""
+    import copy
+
+    from harness.views import build_table
+
+    other = copy.deepcopy(record)
+    other["model"]["name"] = "other-run"
+    other["references"]["data"]["metrics"]["gen_ppl"]["value"] *= 1 + 1e-7
+    labels = [row[0].text for row in build_table([record, other], "genppl").rows]
+    assert labels[2:] == ["data", "tiled", "unigram"]
+    other["references"]["data"]["metrics"]["gen_ppl"]["value"] *= 1.01
+    labels = [row[0].text for row in build_table([record, other], "genppl").rows]
+    assert len(labels) == 2 + 6 and sum(label.startswith("data (") for label in labels) == 2
+    assert any(label.startswith("data (other-run") for label in labels)
+
+
 def test_no_references_leaves_the_record_without_them(trained):
     from harness.evaluation.genppl import run_genppl
 
