@@ -381,11 +381,10 @@ def network_shape(net: nn.Module) -> dict[str, int] | None:
     if isinstance(net, Backbone):
         c = net.cfg
         return {"d_model": c.d_model, "n_layers": c.n_layers, "n_heads": c.n_heads, "mlp_ratio": c.mlp_ratio}
-    dit = net._modules.get("dit")
-    if dit is not None and isinstance(dit.__dict__.get("shape"), dict):
-        return dict(dit.__dict__["shape"])
-    hf = net._modules.get("hf")
-    config = None if hf is None else hf.__dict__.get("config")
+    shape = getattr(getattr(net, "dit", None), "shape", None)  # a release's DiT (harness.models.mdlm_dit)
+    if isinstance(shape, dict):
+        return dict(shape)
+    config = getattr(getattr(net, "hf", None), "config", None)  # a transformers causal LM
     try:
         d, layers, heads = (int(config.hidden_size), int(config.num_hidden_layers), int(config.num_attention_heads))
     except (AttributeError, TypeError, ValueError):

@@ -137,6 +137,19 @@ def inference_for_model(model, *, batch: int, seq_len: int, float64_logits: bool
     )
 
 
+def check_inference_fits(
+    model, *, batch: int, seq_len: int, doing: str, sized_by: str, float64_logits: bool = False
+) -> None:
+    """Refuse, before the first batch, ``doing`` ``batch`` rows of ``seq_len`` tokens with ``model``
+    when :func:`inference_for_model` exceeds the memory limit (the evaluators' and samplers' check)."""
+    check_fits(
+        inference_for_model(model, batch=batch, seq_len=seq_len, float64_logits=float64_logits),
+        what=f"{doing} batches of {batch} rows of {seq_len} tokens",
+        sized_by=sized_by,
+        device=str(model.device),
+    )
+
+
 def estimate_for_config(cfg, vocab_size: int, *, world: int = 1, device: str = "cpu") -> Estimate:
     """:func:`training_step_bytes` for a training config on one of ``world`` processes (its micro-batch:
     the global batch over the processes and the accumulation steps; the family's input vocabulary read
@@ -208,6 +221,7 @@ __all__ = [
     "LIMIT_VARIABLE",
     "backbone_parameters",
     "check_fits",
+    "check_inference_fits",
     "estimate_for_config",
     "inference_for_model",
     "inference_step_bytes",

@@ -50,15 +50,15 @@ def evaluate_nll(
     scored by rank ``b % world``; the reduced result is therefore the same for any number of ranks
     (up to the order of float64 sums).
     """
-    from harness.resources import check_fits, inference_for_model
+    from harness.resources import check_inference_fits
 
     names = [model.estimators[0].name] if estimators is None else list(estimators)
-    rows_per_batch, width = min(batch_size, input_ids.shape[0]), input_ids.shape[1]
-    check_fits(
-        inference_for_model(model, batch=rows_per_batch, seq_len=width),
-        what=f"scoring batches of {rows_per_batch} rows of {width} tokens",
+    check_inference_fits(
+        model,
+        batch=min(batch_size, input_ids.shape[0]),
+        seq_len=input_ids.shape[1],
+        doing="scoring",
         sized_by="--batch-size or the row length (--seq-len)",
-        device=str(model.device),
     )
     model.eval()
     accs = [NLLAccumulator() for _ in names]

@@ -39,7 +39,7 @@ import torch
 
 from harness.errors import PrimebenchError
 from harness.registry import Registry
-from harness.resources import check_fits, inference_for_model
+from harness.resources import check_inference_fits
 from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
 from harness.sampling.blocks import run_by_blocks
@@ -324,14 +324,13 @@ def generate(
     )
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
     device = model.device
-    rows_per_batch = min(batch_size, num_samples)
-    check_fits(
-        inference_for_model(
-            model, batch=rows_per_batch, seq_len=int(model.seq_len), float64_logits=settings.dtype == torch.float64
-        ),
-        what=f"sampling batches of {rows_per_batch} rows of {model.seq_len} tokens",
+    check_inference_fits(
+        model,
+        batch=min(batch_size, num_samples),
+        seq_len=int(model.seq_len),
+        doing="sampling",
         sized_by="--batch-size or the model's sequence length",
-        device=str(device),
+        float64_logits=settings.dtype == torch.float64,
     )
     gen = _generator(generator, device)
     target = model if spec.name == "autoregressive" else UnitModel(model)

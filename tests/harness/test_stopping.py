@@ -16,6 +16,7 @@ import pytest
 
 from harness import stopping
 from harness.stopping import Stop
+from tests.fixtures.processes import as_from_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,8 +102,7 @@ def _start(args: list[str], cwd: Path, **env) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(**env),
-        # a background shell starts children with SIGINT ignored: start this one as a terminal would
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,
     )
 
 

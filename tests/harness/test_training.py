@@ -2,7 +2,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ from safetensors.torch import load_file
 from harness.config import load_config
 from harness.errors import CheckpointError, ConfigError
 from harness.training import train
+from tests.fixtures.processes import as_from_a_terminal
 
 FAST = ["train.steps=8", "train.eval_every=4", "train.save_every=4"]
 
@@ -193,9 +193,7 @@ def _cli(*args, **kwargs):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        # a background shell (`make test &`) starts children with SIGINT ignored, which a child keeps (as
-        # Python does): start it as a terminal's would, so that SIGINT reaches it
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,
         **kwargs,
     )
 

@@ -13,6 +13,7 @@ import torch
 from click.testing import CliRunner
 
 from harness.cli import main
+from tests.fixtures.processes import as_from_a_terminal
 
 
 def _run(*args):
@@ -163,9 +164,7 @@ def test_sigint_to_a_running_evaluation_exits_130(trained, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ),
-        # a shell without job control starts background jobs (`make test &`) with SIGINT ignored, and a
-        # child inherits that, so Ctrl-C would never reach it: the child starts as a terminal's would
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,
     )
     time.sleep(10)  # past the imports: the evaluation is running
     proc.send_signal(signal.SIGINT)
