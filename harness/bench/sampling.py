@@ -1,5 +1,6 @@
 """Bench stages 5 and 6, sampling: NFE and wall of the ancestral sampler (cached and not),
-first-hitting, Prime and BD3-LM's block-by-block sampler, and the cost of float64 draws over float32."""
+first-hitting, Prime, BD3-LM's block-by-block sampler, UDLM's posterior sampler, and the cost of
+float64 draws over float32."""
 
 from __future__ import annotations
 
@@ -19,72 +20,67 @@ def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32, **extra):
     return build_model(family, **kw).to(device).eval()
 
 
-def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_uncached=128, repeats=3, device="cpu"):
-    """Stage 5: cached NFE against T (1 - ISR) for MDLM and Prime (ell 2, 4), wall per sample at ``C``
-    classes, wall per NFE cached over uncached (``T_uncached`` steps), and first-hitting's NFE.
-
-    Wall at C = 50257; the NFE statistic (which does not depend on C or the network) from
-    ``nfe_samples`` samples of a C = 1000 model, so that its standard error is well below 3%.
-    Returns the :class:`Figure` list."""
-    from harness.audit.idle import idle_step_ratio
+def _timed(model, sampler, **kw):
+    """``(SampleOutput, seconds)`` of one :func:`harness.sampling.generate` call seeded with 0."""
     from harness.sampling import generate
 
-    out = []
+    began = time.perf_counter()
+    res = generate(model, sampler, generator=0, **kw)
+    return res, time.perf_counter() - began
 
-    def timed(model, sampler, **kw):
-        began = time.perf_counter()
-        res = generate(model, sampler, generator=0, **kw)
-        return res, time.perf_counter() - began
 
-    def nfe_figure(label, family, ell=None):
-        small = _tiny_sampler_model(family, C=1000, L=L, ell=ell, device=device, d=16)
-        res, _ = timed(small, "ancestral", num_samples=nfe_samples, batch_size=nfe_samples, steps=T)
-        nfe = res.nfe.double()
-        expected = T * (1 - float(idle_step_ratio(L, T, ell=ell or 1, schedule="linear")))
-        mean, se = float(nfe.mean()), float(nfe.std() / nfe.numel() ** 0.5)
-        return Figure(
-            f"sampling: {label} cached NFE / T (1 - ISR)",
-            mean / expected,
-            "ratio",
-            "within 3%",
-            abs(mean / expected - 1) <= 0.03,
-            {
-                "nfe": mean,
-                "nfe_stderr": se,
-                "expected": expected,
-                "T": T,
-                "L": L,
-                "samples": nfe_samples,
-                "C": 1000,
-                "draw": res.protocol["draw"],
-            },
-        )
+def _mean_nfe(res) -> float:
+    return float(res.nfe.double().mean())
 
-    out.append(nfe_figure("MDLM", "mdlm"))
-    mdlm = _tiny_sampler_model("mdlm", C=C, L=L, device=device)
-    timed(mdlm, "ancestral", num_samples=1, batch_size=1, steps=4)  # warm-up: allocations, kernels
-    # one sample per batch, so that a denoiser call is exactly one NFE in both runs (in a batch, the
-    # cached run calls the network for the few rows that reveal, the uncached run for all of them)
-    runs_c = [timed(mdlm, "ancestral", num_samples=samples, batch_size=1, steps=T) for _ in range(repeats)]
-    runs_u = [
-        timed(mdlm, "ancestral", num_samples=samples, batch_size=1, steps=T_uncached, cache=False)
-        for _ in range(repeats)
-    ]
-    cached, wall_c = runs_c[0][0], statistics.median(w for _, w in runs_c)
-    uncached, wall_u = runs_u[0][0], statistics.median(w for _, w in runs_u)
-    per_c = wall_c / float(cached.nfe.double().mean())
-    per_u = wall_u / float(uncached.nfe.double().mean())
-    out.append(
+
+def _nfe_figure(label, family, *, L, T, nfe_samples, device, ell=None) -> Figure:
+    """The cached ancestral sampler's mean NFE over its expectation T (1 - ISR), on a C = 1000 model
+    (the statistic does not depend on C or the network), from ``nfe_samples`` samples."""
+    from harness.audit.idle import idle_step_ratio
+
+    small = _tiny_sampler_model(family, C=1000, L=L, ell=ell, device=device, d=16)
+    res, _ = _timed(small, "ancestral", num_samples=nfe_samples, batch_size=nfe_samples, steps=T)
+    nfe = res.nfe.double()
+    expected = T * (1 - float(idle_step_ratio(L, T, ell=ell or 1, schedule="linear")))
+    mean, se = float(nfe.mean()), float(nfe.std() / nfe.numel() ** 0.5)
+    facts = {"nfe": mean, "nfe_stderr": se, "expected": expected, "T": T, "L": L, "samples": nfe_samples, "C": 1000}
+    return Figure(
+        f"sampling: {label} cached NFE / T (1 - ISR)",
+        mean / expected,
+        "ratio",
+        "within 3%",
+        abs(mean / expected - 1) <= 0.03,
+        facts | {"draw": res.protocol["draw"]},
+    )
+
+
+def _median_run(model, sampler, repeats, **kw):
+    """The first of ``repeats`` runs and the median of their walls."""
+    runs = [_timed(model, sampler, **kw) for _ in range(repeats)]
+    return runs[0][0], statistics.median(w for _, w in runs)
+
+
+def _mdlm_figures(mdlm, *, L, T, C, samples, T_uncached, repeats) -> tuple[list[Figure], float]:
+    """MDLM's cached wall per sample at ``C`` classes, the wall per NFE cached over uncached, and
+    first-hitting's NFE; also returns the uncached seconds per NFE (the posterior figure's yardstick).
+    One sample per batch, so that a denoiser call is exactly one NFE in both runs (in a batch, the
+    cached run calls the network for the few rows that reveal, the uncached run for all of them)."""
+    _timed(mdlm, "ancestral", num_samples=1, batch_size=1, steps=4)  # warm-up: allocations, kernels
+    cached, wall_c = _median_run(mdlm, "ancestral", repeats, num_samples=samples, batch_size=1, steps=T)
+    uncached, wall_u = _median_run(
+        mdlm, "ancestral", repeats, num_samples=samples, batch_size=1, steps=T_uncached, cache=False
+    )
+    per_c, per_u = wall_c / _mean_nfe(cached), wall_u / _mean_nfe(uncached)
+    fh, wall_fh = _timed(mdlm, "first-hitting", num_samples=samples, batch_size=samples)
+    figures = [
         Figure(
             f"sampling: MDLM wall at C = {C}, T = {T}, cached",
             wall_c / samples,
             "s/sample",
             None,
             None,
-            {"nfe": float(cached.nfe.double().mean()), "samples": samples, "batch_size": 1},
-        )
-    )
-    out.append(
+            {"nfe": _mean_nfe(cached), "samples": samples, "batch_size": 1},
+        ),
         Figure(
             "sampling: wall per NFE, cached / uncached",
             per_c / per_u,
@@ -95,49 +91,95 @@ def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_un
                 "cached_s_per_nfe": per_c,
                 "uncached_s_per_nfe": per_u,
                 "uncached_T": T_uncached,
-                "uncached_nfe": float(uncached.nfe.double().mean()),
+                "uncached_nfe": _mean_nfe(uncached),
             },
-        )
-    )
-    fh, wall_fh = timed(mdlm, "first-hitting", num_samples=samples, batch_size=samples)
-    out.append(
+        ),
         Figure(
             "sampling: first-hitting NFE",
-            float(fh.nfe.double().mean()),
+            _mean_nfe(fh),
             "calls",
             f"exactly L = {L}",
             bool((fh.nfe == L).all()),
             {"wall_s_per_sample": wall_fh / samples},
+        ),
+    ]
+    return figures, per_u
+
+
+def _prime_wall_figure(ell, *, L, T, C, samples, device) -> Figure:
+    prime = _tiny_sampler_model("prime", C=C, L=L, ell=ell, device=device, d=16)
+    res, wall = _timed(prime, "ancestral", num_samples=samples, batch_size=samples, steps=T)
+    return Figure(
+        f"sampling: Prime ell={ell} wall at C = {C}, T = {T}, cached",
+        wall / samples,
+        "s/sample",
+        None,
+        None,
+        {"nfe": _mean_nfe(res), "samples": samples, "s_per_nfe": wall / _mean_nfe(res)},
+    )
+
+
+def _posterior_figure(*, L, T, C, samples, repeats, device, mdlm_s_per_nfe) -> Figure:
+    """UDLM's posterior sampler (every position redrawn at each of its T steps, NFE = T) at ``C``
+    classes: seconds per NFE over MDLM's uncached ancestral step on the same network, one sample per
+    batch in both. Both steps call the network on every row and draw over C classes at every
+    position; the posterior step also forms q(x_s | x_t, x_theta) over C, so the ratio is the price
+    of that posterior."""
+    udlm = _tiny_sampler_model("udlm", C=C, L=L, device=device)
+    _timed(udlm, "posterior", num_samples=1, batch_size=1, steps=2)  # warm-up
+    res, wall = _median_run(udlm, "posterior", repeats, num_samples=samples, batch_size=1, steps=T)
+    per = wall / _mean_nfe(res)
+    return Figure(
+        f"sampling: UDLM posterior wall per NFE / MDLM uncached, C = {C}",
+        per / mdlm_s_per_nfe,
+        "ratio",
+        "<= 1.5",
+        per / mdlm_s_per_nfe <= 1.5,
+        {
+            "posterior_s_per_nfe": per,
+            "mdlm_uncached_s_per_nfe": mdlm_s_per_nfe,
+            "T": T,
+            "nfe": _mean_nfe(res),
+            "s_per_sample": wall / samples,
+            "samples": samples,
+            "L": L,
+        },
+    )
+
+
+def sampling_figures(*, L=256, T=1024, C=C_GPT2, samples=4, nfe_samples=64, T_uncached=128, repeats=3, device="cpu"):
+    """Stage 5: cached NFE against T (1 - ISR) for MDLM and Prime (ell 2, 4), wall per sample at ``C``
+    classes, wall per NFE cached over uncached (``T_uncached`` steps), first-hitting's NFE, BD3-LM's
+    blocks and UDLM's posterior sampler (``T_uncached`` steps) against MDLM's uncached step.
+
+    Wall at C = 50257; the NFE statistic (which does not depend on C or the network) from
+    ``nfe_samples`` samples of a C = 1000 model, so that its standard error is well below 3%.
+    Returns the :class:`Figure` list."""
+    nfe = dict(L=L, T=T, nfe_samples=nfe_samples, device=device)
+    out = [_nfe_figure("MDLM", "mdlm", **nfe)]
+    mdlm = _tiny_sampler_model("mdlm", C=C, L=L, device=device)
+    mdlm_figures, mdlm_s_per_nfe = _mdlm_figures(
+        mdlm, L=L, T=T, C=C, samples=samples, T_uncached=T_uncached, repeats=repeats
+    )
+    out += mdlm_figures
+    for ell in (2, 4):
+        out.append(_nfe_figure(f"Prime ell={ell}", "prime", ell=ell, **nfe))
+        out.append(_prime_wall_figure(ell, L=L, T=T, C=C, samples=samples, device=device))
+    out.append(_bd3lm_figure(L=L, C=C, samples=samples, device=device))
+    out.append(
+        _posterior_figure(
+            L=L, T=T_uncached, C=C, samples=samples, repeats=repeats, device=device, mdlm_s_per_nfe=mdlm_s_per_nfe
         )
     )
-    for ell in (2, 4):
-        out.append(nfe_figure(f"Prime ell={ell}", "prime", ell))
-        prime = _tiny_sampler_model("prime", C=C, L=L, ell=ell, device=device, d=16)
-        res, wall = timed(prime, "ancestral", num_samples=samples, batch_size=samples, steps=T)
-        out.append(
-            Figure(
-                f"sampling: Prime ell={ell} wall at C = {C}, T = {T}, cached",
-                wall / samples,
-                "s/sample",
-                None,
-                None,
-                {
-                    "nfe": float(res.nfe.double().mean()),
-                    "samples": samples,
-                    "s_per_nfe": wall / float(res.nfe.double().mean()),
-                },
-            )
-        )
-    out.append(_bd3lm_figure(L=L, C=C, samples=samples, device=device, timed=timed))
     return out
 
 
-def _bd3lm_figure(*, L, C, samples, device, timed, block=16):
+def _bd3lm_figure(*, L, C, samples, device, block=16):
     """BD3-LM block by block with its key-value cache: ``block`` steps per block of ``block`` tokens
     (T = L in all), wall per sample at ``C`` classes; its NFE is at most T (a step that reveals
     nothing calls no network)."""
     model = _tiny_sampler_model("bd3lm", C=C, L=L, device=device, block_size=block)
-    res, wall = timed(model, "ancestral", num_samples=samples, batch_size=samples)
+    res, wall = _timed(model, "ancestral", num_samples=samples, batch_size=samples)
     nfe = float(res.nfe.double().mean())
     return Figure(
         f"sampling: BD3-LM (blocks of {model.block_size}) wall at C = {C}, cached blocks",

@@ -42,20 +42,26 @@ def test_bench_cli_writes_record_and_table(tmp_path):
 def test_bd3lm_figures_have_their_own_targets():
     """BD3-LM's NLL reads 2L positions (target 2.5x the ARM, not 1.25x); its block sampler's NFE is at
     most T = L."""
-    import time
-
     from harness.bench.network import nll_cost_figures
     from harness.bench.sampling import _bd3lm_figure
-    from harness.sampling import generate
 
     figures = nll_cost_figures(B=1, L=32, d=16, layers=1, heads=2, C=100, repeats=1)
     bd3 = [f for f in figures if "bd3lm" in f.name]
     assert len(bd3) == 1 and "block=16" in bd3[0].name and bd3[0].target == "<= 2.5"
     assert all(f.target == "<= 1.25" for f in figures[1:] if "bd3lm" not in f.name)
 
-    def timed(model, sampler, **kw):
-        began = time.perf_counter()
-        return generate(model, sampler, generator=0, **kw), time.perf_counter() - began
-
-    fig = _bd3lm_figure(L=32, C=100, samples=2, device="cpu", timed=timed, block=8)
+    fig = _bd3lm_figure(L=32, C=100, samples=2, device="cpu", block=8)
     assert fig.ok and fig.value > 0 and fig.detail["nfe"] <= 32 and fig.detail["steps_per_block"] == 8
+
+
+def test_sampling_stage_at_tiny_shapes_has_every_sampler():
+    """The sampling stage runs end to end at tiny shapes; the posterior sampler's figure reads its own
+    NFE (= T, every step calls the network) against MDLM's uncached step."""
+    from harness.bench.sampling import sampling_figures
+
+    figures = sampling_figures(L=16, T=16, C=100, samples=1, nfe_samples=4, T_uncached=4, repeats=1)
+    names = [f.name for f in figures]
+    assert any("first-hitting" in n for n in names) and any("BD3-LM" in n for n in names)
+    (post,) = [f for f in figures if "posterior" in f.name]
+    assert post.detail["nfe"] == 4 and post.detail["T"] == 4 and post.value > 0
+    assert post.value == post.detail["posterior_s_per_nfe"] / post.detail["mdlm_uncached_s_per_nfe"]
