@@ -21,6 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -244,52 +245,38 @@ def init_weights(model: torch.nn.Module, cfg: Config, device) -> None:
     model.load_state_dict(theirs)
 
 
-def _train(
-    cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_after: int | None, quiet: bool, bar
-) -> TrainResult:
-    from harness.data import get_corpus, get_tokenizer
-    from harness.data.images import is_image_spec
-    from harness.models import model_from_config
+@dataclass
+class _Run:
+    """Everything a training run holds between its steps (built by :func:`_setup`)."""
 
-    cfg = resolve_image_config(cfg)
-    image = is_image_spec(cfg.data.corpus)
-    start_step, state = open_run(cfg, out, resume=resume, restart=restart, is_main=info.is_main)
-    torch.manual_seed(cfg.seed)
-    corpus = None if image else get_corpus(cfg.data.corpus)
+    cfg: Config
+    out: Path
+    info: Any
+    tokenizer: Any
+    train_data: Any
+    valid_data: Any
+    model: torch.nn.Module
+    ddp: torch.nn.Module
+    health: Any
+    ema: EMA
+    opt: torch.optim.Optimizer
+    save: Any
+    start_step: int
+    per_rank: int
+    micro: int
+    autocast: Any
+
+
+def _tokenizer(cfg: Config, out: Path, resume: bool, corpus):
+    from harness.data import get_tokenizer, load_tokenizer
+
     if resume and (out / "tokenizer").is_dir():
-        from harness.data import load_tokenizer
+        return load_tokenizer(out / "tokenizer")
+    return get_tokenizer(cfg.data.tokenizer, corpus=corpus)
 
-        tokenizer = load_tokenizer(out / "tokenizer")
-    else:
-        tokenizer = get_tokenizer(cfg.data.tokenizer, corpus=corpus)
-    from harness.resources import check_fits, estimate_for_config
 
-    check_fits(
-        estimate_for_config(cfg, tokenizer.vocab_size, world=info.world, device=str(info.device)),
-        what=f"a training step of {cfg.name}",
-        sized_by="train.batch_size (or raise train.grad_accum), data.seq_len, model.d_model or model.n_layers",
-        device=str(info.device),
-    )
-    train_data, valid_data = load_training_data(cfg, tokenizer, corpus)
-    rows, masks = train_data.input_ids, train_data.attention_mask
-    model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
-    health = Health.build(
-        model,
-        train_data,
-        valid_data,
-        n_rows=cfg.train.eval_batches * cfg.train.batch_size,
-        steps=cfg.train.steps,
-        seed=step_seed(cfg.seed, 0, 98),
-    )
-    if cfg.train.init_from and state is None:
-        init_weights(model, cfg, info.device)
-    ema = EMA(model, cfg.train.ema)
-    opt = make_optimizer(
-        model, lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2), weight_decay=cfg.train.weight_decay
-    )
-    if state is not None:
-        restore_trainer(out, state, model=model, ema=ema, opt=opt)
-    ddp = DistributedDataParallel(model) if info.world > 1 else model
+def _split(cfg: Config, info) -> tuple[int, int]:
+    """(rows per rank, rows per micro-batch) of a step."""
     per_rank = cfg.train.batch_size // info.world
     if per_rank * info.world != cfg.train.batch_size or per_rank % cfg.train.grad_accum:
         raise ConfigError(
@@ -297,111 +284,190 @@ def _train(
             f"train.grad_accum={cfg.train.grad_accum} micro-batches",
             fix="choose a batch size divisible by world_size * grad_accum",
         )
-    micro = per_rank // cfg.train.grad_accum
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if cfg.train.precision == "bf16" and info.device.type == "cuda"
-        else contextlib.nullcontext()
+    return per_rank, per_rank // cfg.train.grad_accum
+
+
+def _setup(cfg: Config, out: Path, info, *, resume: bool, restart: bool) -> _Run:
+    """Open the run folder, check the step fits in memory, load the data, build (or restore) the model,
+    its EMA and optimiser, in the order that fixes every random draw for a seed."""
+    from harness.data import get_corpus
+    from harness.data.images import is_image_spec
+    from harness.models import model_from_config
+    from harness.resources import check_fits, estimate_for_config
+
+    start_step, state = open_run(cfg, out, resume=resume, restart=restart, is_main=info.is_main)
+    torch.manual_seed(cfg.seed)
+    corpus = None if is_image_spec(cfg.data.corpus) else get_corpus(cfg.data.corpus)
+    tokenizer = _tokenizer(cfg, out, resume, corpus)
+    check_fits(
+        estimate_for_config(cfg, tokenizer.vocab_size, world=info.world, device=str(info.device)),
+        what=f"a training step of {cfg.name}",
+        sized_by="train.batch_size (or raise train.grad_accum), data.seq_len, model.d_model or model.n_layers",
+        device=str(info.device),
     )
-    log_path = out / LOG
+    train_data, valid_data = load_training_data(cfg, tokenizer, corpus)
+    model = model_from_config(cfg.model, vocab_size=tokenizer.vocab_size, seq_len=cfg.data.seq_len).to(info.device)
+    n_rows = cfg.train.eval_batches * cfg.train.batch_size
+    health = Health.build(
+        model, train_data, valid_data, n_rows=n_rows, steps=cfg.train.steps, seed=step_seed(cfg.seed, 0, 98)
+    )
+    if cfg.train.init_from and state is None:
+        init_weights(model, cfg, info.device)
+    ema = EMA(model, cfg.train.ema)
+    betas = (cfg.train.beta1, cfg.train.beta2)
+    opt = make_optimizer(model, lr=cfg.train.lr, betas=betas, weight_decay=cfg.train.weight_decay)
+    if state is not None:
+        restore_trainer(out, state, model=model, ema=ema, opt=opt)
+    ddp = DistributedDataParallel(model) if info.world > 1 else model
+    per_rank, micro = _split(cfg, info)
+    bf16 = cfg.train.precision == "bf16" and info.device.type == "cuda"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
         prepare_log(out, start_step)
+    last_saved = start_step if resume else None
     save = Saver(
+        out, cfg=cfg, model=model, ema=ema, opt=opt, tokenizer=tokenizer, is_main=info.is_main, last_saved=last_saved
+    )
+    return _Run(
+        cfg,
         out,
-        cfg=cfg,
-        model=model,
-        ema=ema,
-        opt=opt,
-        tokenizer=tokenizer,
-        is_main=info.is_main,
-        last_saved=start_step if resume else None,
+        info,
+        tokenizer,
+        train_data,
+        valid_data,
+        model,
+        ddp,
+        health,
+        ema,
+        opt,
+        save,
+        start_step,
+        per_rank,
+        micro,
+        autocast,
     )
 
+
+def _validate(run: _Run, stop, record: dict, done: int) -> tuple[float | None, bool]:
+    """The EMA weights' validation loss and health measures into ``record`` after step ``done``:
+    ``(val loss or None, cut)``; a signal here skips the validation (``cut``), the step stays applied."""
+    cfg, model, info = run.cfg, run.model, run.info
+    try:
+        with stop.abortable(info.world), run.ema.swapped_in(model):
+            val_loss = validation_loss(model, run.valid_data.input_ids, run.valid_data.attention_mask, cfg, info.device)
+            model.eval()
+            record.update(
+                val_loss_ema=val_loss, **run.health.measure(model, step=done, val_loss=val_loss, device=info.device)
+            )
+            model.train()
+    except Stop:
+        run.ema.restore(model)
+        model.train()
+        return None, True
+    if "warning" in record and info.is_main:
+        console().print(f"[yellow]warning:[/] {cfg.name}: {record['warning']}")
+    return val_loss, False
+
+
+def _step(run: _Run, stop, step: int) -> float:
+    """Step ``step``: forward and backward (a signal stops it before anything is applied; the last
+    finished step is saved), then the optimiser and the EMA. Returns the loss averaged over ranks."""
+    cfg, info, save = run.cfg, run.info, run.save
+    rows, masks = run.train_data.input_ids, run.train_data.attention_mask
+    try:
+        with stop.abortable(info.world):  # nothing is applied before opt.step: a signal stops here at once
+            step_loss = _forward_backward(
+                run.model, run.ddp, run.opt, save, cfg, info, rows, masks, step, run.per_rank, run.micro, run.autocast
+            )
+    except Stop:  # the model is as the previous step left it: save that step unless nothing ran yet
+        if step == 0 and not (run.out / "model.safetensors").exists():
+            raise stop.interrupted(step, cfg.train.steps, run.out, saved=False) from None
+        if save.last_saved != step:
+            save(step)
+        raise stop.interrupted(step, cfg.train.steps, run.out) from None
+    if cfg.train.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.train.grad_clip, foreach=True)
+    run.opt.step()
+    run.ema.update(run.model)
+    return float(distributed.all_reduce_sum(torch.tensor([step_loss], dtype=torch.float64)) / info.world)
+
+
+def _loop(run: _Run, end: int, bar, stop) -> tuple[float, float | None]:
+    """Steps ``run.start_step .. end - 1`` with validation, the log, progress and saves: ``(last loss,
+    last validation loss)``. A signal saves the last finished step and raises ``Interrupted``."""
+    cfg, info, out = run.cfg, run.info, run.out
     last_loss, val_loss = float("nan"), None
-    end = cfg.train.steps if stop_after is None else min(cfg.train.steps, start_step + stop_after)
-    t0 = time.time()
-    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
-    model.train()
-    stop = StopOnSignal()
-    with stop, contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main) as bar:
-        task = bar.add_task(
-            f"train {cfg.name}", total=cfg.train.steps, completed=start_step, loss=float("nan"), tps=0.0
-        )
-        for step in range(start_step, end):
-            try:
-                with stop.abortable(info.world):  # nothing is applied before opt.step: a signal stops here at once
-                    step_loss = _forward_backward(
-                        model, ddp, opt, save, cfg, info, rows, masks, step, per_rank, micro, autocast
-                    )
-            except Stop:  # the model is as the previous step left it: save that step unless nothing ran yet
-                if step == 0 and not (out / "model.safetensors").exists():
-                    raise stop.interrupted(step, cfg.train.steps, out, saved=False) from None
-                if save.last_saved != step:
-                    save(step)
-                raise stop.interrupted(step, cfg.train.steps, out) from None
-            if cfg.train.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip, foreach=True)
-            opt.step()
-            ema.update(model)
-            reduced = distributed.all_reduce_sum(torch.tensor([step_loss], dtype=torch.float64)) / info.world
-            last_loss = float(reduced)
-            done = step + 1
-            record = {"step": done, "loss": last_loss, "lr": lr_at(cfg, step)}
-            cut = False
-            if done % cfg.train.eval_every == 0 or done == cfg.train.steps:
-                try:  # the step is applied; a signal here skips its validation, then saves and stops
-                    with stop.abortable(info.world), ema.swapped_in(model):
-                        val_loss = validation_loss(
-                            model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device
-                        )
-                        model.eval()
-                        record.update(
-                            val_loss_ema=val_loss,
-                            **health.measure(model, step=done, val_loss=val_loss, device=info.device),
-                        )
-                        model.train()
-                except Stop:
-                    ema.restore(model)
-                    model.train()
-                    cut = True
-                if "warning" in record and info.is_main:
-                    console().print(f"[yellow]warning:[/] {cfg.name}: {record['warning']}")
-            elapsed = time.time() - t0
-            tps = (done - start_step) * tokens_per_step / max(elapsed, 1e-9)
-            bar.update(task, completed=done, loss=last_loss, tps=tps)
-            if info.is_main:
-                with open(log_path, "a") as fh:
-                    fh.write(json.dumps(record) + "\n")
-            if done % cfg.train.save_every == 0 or done == end:
-                save(done)
-            if (cut or stop.requested(info.world)) and done < end:
-                if save.last_saved != done:
-                    save(done)
-                raise stop.interrupted(done, cfg.train.steps, out)
-        if end > start_step and (cut or stop.requested(info.world)):  # a signal during the last step: the run is
-            raise stop.interrupted(end, cfg.train.steps, out)  # saved; the caller (a reproduce job) stops too
-    if end == start_step and info.is_main and not (out / "model.safetensors").exists():
-        save(end)
-    wall = time.time() - t0
+    t0, tokens_per_step = time.time(), cfg.train.batch_size * cfg.data.seq_len
+    task = bar.add_task(
+        f"train {cfg.name}", total=cfg.train.steps, completed=run.start_step, loss=float("nan"), tps=0.0
+    )
+    cut = False
+    for step in range(run.start_step, end):
+        cut = False
+        last_loss = _step(run, stop, step)
+        done = step + 1
+        record = {"step": done, "loss": last_loss, "lr": lr_at(cfg, step)}
+        if done % cfg.train.eval_every == 0 or done == cfg.train.steps:
+            measured, cut = _validate(run, stop, record, done)
+            val_loss = measured if not cut else val_loss
+        tps = (done - run.start_step) * tokens_per_step / max(time.time() - t0, 1e-9)
+        bar.update(task, completed=done, loss=last_loss, tps=tps)
+        if info.is_main:
+            with open(out / LOG, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+        if done % cfg.train.save_every == 0 or done == end:
+            run.save(done)
+        if (cut or stop.requested(info.world)) and done < end:
+            if run.save.last_saved != done:
+                run.save(done)
+            raise stop.interrupted(done, cfg.train.steps, out)
+    if end > run.start_step and (cut or stop.requested(info.world)):  # a signal during the last step: the run is
+        raise stop.interrupted(end, cfg.train.steps, out)  # saved; the caller (a reproduce job) stops too
+    return last_loss, val_loss
+
+
+def _finish(run: _Run, end: int, val_loss: float | None) -> float | None:
+    """After the loop: the first checkpoint of an empty call, the final validation loss of a finished
+    run that has none yet, and an image model's sample grid. Returns the validation loss."""
+    from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
+
+    cfg, info, model, out = run.cfg, run.info, run.model, run.out
+    if end == run.start_step and info.is_main and not (out / "model.safetensors").exists():
+        run.save(end)
     if val_loss is None and end == cfg.train.steps:
-        with ema.swapped_in(model):
-            val_loss = validation_loss(model, valid_data.input_ids, valid_data.attention_mask, cfg, info.device)
-    if image and info.is_main and end == cfg.train.steps and cfg.train.sample_grid > 0:
-        from harness.data.images import get_image_dataset, parse_image_spec
+        with run.ema.swapped_in(model):
+            val_loss = validation_loss(model, run.valid_data.input_ids, run.valid_data.attention_mask, cfg, info.device)
+    if is_image_spec(cfg.data.corpus) and info.is_main and end == cfg.train.steps and cfg.train.sample_grid > 0:
         from harness.images import write_sample_grid
 
-        with ema.swapped_in(model):
+        with run.ema.swapped_in(model):
             layout = get_image_dataset(parse_image_spec(cfg.data.corpus).with_split(cfg.data.train_split))
             write_sample_grid(model, layout, out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)
+    return val_loss
+
+
+def _train(
+    cfg: Config, out: Path, *, info, resume: bool, restart: bool, stop_after: int | None, quiet: bool, bar
+) -> TrainResult:
+    cfg = resolve_image_config(cfg)
+    run = _setup(cfg, out, info, resume=resume, restart=restart)
+    end = cfg.train.steps if stop_after is None else min(cfg.train.steps, run.start_step + stop_after)
+    t0 = time.time()
+    run.model.train()
+    stop = StopOnSignal()
+    with stop, contextlib.nullcontext(bar) if bar is not None else progress(disable=quiet or not info.is_main) as bar:
+        last_loss, val_loss = _loop(run, end, bar, stop)
+    wall = time.time() - t0
+    val_loss = _finish(run, end, val_loss)
     return TrainResult(
         out=out,
         step=end,
         train_loss=last_loss,
         val_loss=val_loss,
-        tokens_seen=end * tokens_per_step,
+        tokens_seen=end * cfg.train.batch_size * cfg.data.seq_len,
         wall_s=wall,
-        unigram_ref=health.unigram_ref,
+        unigram_ref=run.health.unigram_ref,
     )
 
 

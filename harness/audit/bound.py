@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -252,6 +253,23 @@ def unigram_audit(tokenizer: str, *, corpus: str = "wiki-embedded", shuffle_seed
 # --------------------------------------------------------------------------------------------
 
 
+def _kinds_row(label: str, family: str, by_kind: dict) -> BoundRow:
+    """The row of one checkpoint from its results by kind (exact NLL, valid bound, paper objective)."""
+    exact, bound, paper = by_kind.get("exact"), by_kind.get("bound"), by_kind.get("paper-objective")
+    first = exact or bound or paper
+    return BoundRow(
+        name=label,
+        method="exact" if exact is not None else "monte-carlo",
+        family=family,
+        exact_nll=None if exact is None else exact.nll,
+        subtoken_bound=None if bound is None else bound.nll,
+        token_joint=None if paper is None else paper.nll,
+        **({} if bound is None else {"subtoken_bound_stderr": bound.stderr}),
+        **({} if paper is None else {"token_joint_stderr": paper.stderr}),
+        tokens=first.tokens,
+    )
+
+
 def checkpoint_audit(
     model,
     input_ids: torch.Tensor,
@@ -298,20 +316,7 @@ def checkpoint_audit(
 
     label = f"{name} ({input_ids.shape[0]} rows x {input_ids.shape[1]} tokens, K={num_samples})"
     # one row per checkpoint: the family's numbers by kind (exact NLL, valid bound, paper objective)
-    by_kind = {est.kind: run(est.name) for est in model.estimators}
-    exact, bound, paper = by_kind.get("exact"), by_kind.get("bound"), by_kind.get("paper-objective")
-    first = exact or bound or paper
-    row = BoundRow(
-        name=label,
-        method="exact" if exact is not None else "monte-carlo",
-        family=family,
-        exact_nll=None if exact is None else exact.nll,
-        subtoken_bound=None if bound is None else bound.nll,
-        token_joint=None if paper is None else paper.nll,
-        **({} if bound is None else {"subtoken_bound_stderr": bound.stderr}),
-        **({} if paper is None else {"token_joint_stderr": paper.stderr}),
-        tokens=first.tokens,
-    )
+    row = _kinds_row(label, family, {est.kind: run(est.name) for est in model.estimators})
     protocol = {
         "source": "checkpoint",
         "family": family,
@@ -324,6 +329,23 @@ def checkpoint_audit(
         "ell": model.units_per_token,
     }
     return BoundAudit(rows=[row], protocol=protocol)
+
+
+def _validation(checkpoint, device: str, *, carry_over, ema):
+    """``(model, cfg, packed validation rows)`` of a checkpoint, its validation split packed as in
+    training."""
+    from harness.checkpoint import CONFIG, read_checkpoint_config
+    from harness.data import get_corpus, get_packed
+    from harness.evaluation import load_for_evaluation
+
+    ours = Path(str(checkpoint)).is_dir() and (Path(str(checkpoint)) / CONFIG).is_file()
+    # our own folders may need their corpus to rebuild a bpe:V tokenizer; releases carry their tokenizer
+    corpus = get_corpus(read_checkpoint_config(Path(checkpoint))[0].data.corpus) if ours else None
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus, carry_over=carry_over, ema=ema)
+    corpus = corpus or get_corpus(cfg.data.corpus)
+    d = cfg.data
+    packing = dict(wrap=d.wrap, eos_between_docs=d.eos_between_docs, remainder=d.remainder)
+    return model, cfg, get_packed(corpus, d.valid_split, tokenizer, seq_len=d.seq_len, **packing)
 
 
 def audit_checkpoint(
@@ -350,7 +372,6 @@ def audit_checkpoint(
     Prime's carry-over at evaluation (None: as trained); ``ema``: the EMA weights (default) or the
     raw ones; both are recorded. ``log(message)`` reports progress."""
     import dataclasses
-    from pathlib import Path
 
     from harness.errors import InputError
 
@@ -358,25 +379,8 @@ def audit_checkpoint(
         raise InputError("give the rows to score as max_rows or as batches, one of the two", fix="pass max_rows=N")
     rows = max_rows if max_rows is not None else batches * batch_size
 
-    from harness.checkpoint import CONFIG, read_checkpoint_config
-    from harness.data import get_corpus, get_packed
-    from harness.evaluation import load_for_evaluation
-
-    ours = Path(str(checkpoint)).is_dir() and (Path(str(checkpoint)) / CONFIG).is_file()
-    # our own folders may need their corpus to rebuild a bpe:V tokenizer; releases carry their tokenizer
-    corpus = get_corpus(read_checkpoint_config(Path(checkpoint))[0].data.corpus) if ours else None
-    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, corpus=corpus, carry_over=carry_over, ema=ema)
-    corpus = corpus or get_corpus(cfg.data.corpus)
+    model, cfg, valid = _validation(checkpoint, device, carry_over=carry_over, ema=ema)
     d = cfg.data
-    valid = get_packed(
-        corpus,
-        d.valid_split,
-        tokenizer,
-        seq_len=d.seq_len,
-        wrap=d.wrap,
-        eos_between_docs=d.eos_between_docs,
-        remainder=d.remainder,
-    )
     n = min(valid.rows, rows)
     if log is not None:
         log(f"scoring {n} of {valid.rows} {d.valid_split} rows of {d.corpus} with K={mc_samples}")

@@ -120,6 +120,57 @@ def _row(case, source, dtype, method, kind, q, intended, *, mdlm: bool, draws=No
     )
 
 
+def _cases(probs, mdlm_step, steps: int, vocab: int, draws, seed: int):
+    """``(cases {name: intended distribution}, number of draws, protocol)`` of either mode."""
+    import torch
+
+    from harness.audit.gumbel import mdlm_step_distribution, peaked_and_flat
+
+    if probs is not None:
+        p = torch.tensor(probs, dtype=torch.float64)
+        n = DEFAULT_DRAWS if draws is None else draws
+        return {"probs": p / p.sum()}, n, {"mode": "probs", "input_sum": float(p.sum()), "normalised": True}
+    token = peaked_and_flat(vocab, torch.Generator().manual_seed(seed))
+    cases = {
+        name: mdlm_step_distribution(getattr(token, name), step=mdlm_step, steps=steps) for name in ("peaked", "flat")
+    }
+    n = max(1, min(DEFAULT_DRAWS, MDLM_ELEMENT_BUDGET // (vocab + 1))) if draws is None else draws
+    protocol = {
+        "mode": "mdlm-step",
+        "step": mdlm_step,
+        "steps": steps,
+        "vocab": vocab,
+        "schedule": "linear",
+        "peaked": "Zipf p(rank r) ∝ 1/r over V tokens, ranks randomly permuted (seed)",
+        "flat": "uniform over V tokens",
+        "outcome_order": "V tokens, then stay-masked (last)",
+        "draws_limited_by_budget": draws is None and n < DEFAULT_DRAWS,
+        "element_budget": MDLM_ELEMENT_BUDGET if draws is None else None,
+    }
+    return cases, n, protocol
+
+
+def _case_rows(case: str, pi, dtype_names, methods, *, n: int, seed: int, mdlm: bool, log) -> list[GumbelRow]:
+    """The intended row, Prop. 5.2 and the grid model per dtype, then empirical draws per dtype and method."""
+    import torch
+
+    from harness.audit.gumbel import empirical_frequencies, grid_gumbel_probs, truncated_gumbel_probs
+
+    rows = [_row(case, "intended", None, None, "exact", pi, pi, mdlm=mdlm)]
+    for d in dtype_names:
+        rows.append(_row(case, "prop5.2", d, None, "exact", truncated_gumbel_probs(pi, d), pi, mdlm=mdlm))
+        rows.append(_row(case, "grid", d, None, "estimate", grid_gumbel_probs(pi, d), pi, mdlm=mdlm))
+    for d in dtype_names:
+        for method in methods:
+            t0 = time.perf_counter()
+            gen = torch.Generator().manual_seed(seed)
+            freq = empirical_frequencies(pi, method=method, dtype=d, draws=n, generator=gen)
+            rows.append(_row(case, "empirical", d, method, "estimate", freq, pi, mdlm=mdlm, draws=n))
+            if log is not None:
+                log(f"{case}: {n} draws, {method}, {d} in {time.perf_counter() - t0:.1f} s")
+    return rows
+
+
 def gumbel_audit(
     *,
     probs: list[float] | None = None,
@@ -134,17 +185,7 @@ def gumbel_audit(
 ) -> GumbelAudit:
     """Intended vs Prop. 5.2 vs grid model vs empirical draws, for ``probs`` or for MDLM's ancestral
     step ``mdlm_step`` of ``steps`` with a peaked and a flat token distribution over ``vocab`` tokens."""
-    import torch
-
-    from harness.audit.gumbel import (
-        empirical_frequencies,
-        grid_gumbel_probs,
-        mdlm_step_distribution,
-        peaked_and_flat,
-        truncated_gumbel_probs,
-        truncation_level,
-        uniform_bits,
-    )
+    from harness.audit.gumbel import truncation_level, uniform_bits
     from harness.errors import PrimebenchError
     from harness.sampling.categorical import parse_dtype
 
@@ -152,31 +193,7 @@ def gumbel_audit(
         raise PrimebenchError("give exactly one of probs= or mdlm_step=")
     dtype_names = [str(parse_dtype(d)).removeprefix("torch.") for d in dtypes]
     began = time.perf_counter()
-    if probs is not None:
-        p = torch.tensor(probs, dtype=torch.float64)
-        cases = {"probs": p / p.sum()}
-        n = DEFAULT_DRAWS if draws is None else draws
-        protocol = {"mode": "probs", "input_sum": float(p.sum()), "normalised": True}
-    else:
-        gen = torch.Generator().manual_seed(seed)
-        token = peaked_and_flat(vocab, gen)
-        cases = {
-            name: mdlm_step_distribution(getattr(token, name), step=mdlm_step, steps=steps)
-            for name in ("peaked", "flat")
-        }
-        n = max(1, min(DEFAULT_DRAWS, MDLM_ELEMENT_BUDGET // (vocab + 1))) if draws is None else draws
-        protocol = {
-            "mode": "mdlm-step",
-            "step": mdlm_step,
-            "steps": steps,
-            "vocab": vocab,
-            "schedule": "linear",
-            "peaked": "Zipf p(rank r) ∝ 1/r over V tokens, ranks randomly permuted (seed)",
-            "flat": "uniform over V tokens",
-            "outcome_order": "V tokens, then stay-masked (last)",
-            "draws_limited_by_budget": draws is None and n < DEFAULT_DRAWS,
-            "element_budget": MDLM_ELEMENT_BUDGET if draws is None else None,
-        }
+    cases, n, protocol = _cases(probs, mdlm_step, steps, vocab, draws, seed)
     protocol.update(
         {
             "dtypes": dtype_names,
@@ -188,21 +205,9 @@ def gumbel_audit(
             "uniform_bits": {d: uniform_bits(d) for d in dtype_names},
         }
     )
-    mdlm = mdlm_step is not None
     rows = []
     for case, pi in cases.items():
-        rows.append(_row(case, "intended", None, None, "exact", pi, pi, mdlm=mdlm))
-        for d in dtype_names:
-            rows.append(_row(case, "prop5.2", d, None, "exact", truncated_gumbel_probs(pi, d), pi, mdlm=mdlm))
-            rows.append(_row(case, "grid", d, None, "estimate", grid_gumbel_probs(pi, d), pi, mdlm=mdlm))
-        for d in dtype_names:
-            for method in methods:
-                t0 = time.perf_counter()
-                gen = torch.Generator().manual_seed(seed)
-                freq = empirical_frequencies(pi, method=method, dtype=d, draws=n, generator=gen)
-                rows.append(_row(case, "empirical", d, method, "estimate", freq, pi, mdlm=mdlm, draws=n))
-                if log is not None:
-                    log(f"{case}: {n} draws, {method}, {d} in {time.perf_counter() - t0:.1f} s")
+        rows += _case_rows(case, pi, dtype_names, methods, n=n, seed=seed, mdlm=mdlm_step is not None, log=log)
     return GumbelAudit(
         mode=protocol["mode"],
         rows=tuple(rows),

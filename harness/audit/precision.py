@@ -88,52 +88,80 @@ def _nats_per_unit(base: str | int) -> float:
     return 1.0 if base == "e" else math.log(float(base))
 
 
-def _run(
-    model,
-    sampler: str,
-    *,
-    steps: int | None,
-    dtype: str,
-    method: str,
-    num_samples: int,
-    batch_size: int,
-    seed: int,
-    entropy_base,
-    control: bool,
-    bos_id: int | None,
-    judge=None,
-    tokenizer=None,
-    draw: str = "joint",
-    log_marginal: torch.Tensor | None = None,
-) -> tuple[PrecisionRow, dict[str, Any]]:
+@dataclass(frozen=True)
+class PrecisionSettings:
+    """Every setting of the precision audit, with ``audit precision``'s defaults.
+
+    ``steps`` (the grid of T), ``num_samples`` per run in batches of ``batch_size``, every run seeded
+    with ``seed``; the ``dtypes`` compared; the categorical ``method`` of every run ("mdlm-legacy" is
+    MDLM's own draw, so float32 reproduces the reference behaviour); ``sampler`` (None: the family's;
+    when it takes no steps there is one row per dtype and ``steps`` is not used); ``controls``: also
+    run the family's token-by-token sampler; entropies in ``entropy_base`` units; ``draw``: the
+    ancestral step's draw, MDLM's ``joint`` draw by default (the one whose float32 truncation the
+    audit is about; ``two-stage`` is the control whose float32 run should match float64). For a
+    checkpoint (:func:`audit_checkpoint`): the ``judge`` spec (None: no Gen PPL), ``device``, Prime's
+    ``carry_over`` (None: as trained) and the ``ema`` weights.
+    """
+
+    steps: Sequence[int] = DEFAULT_STEPS
+    num_samples: int = 8
+    dtypes: Sequence[str] = DEFAULT_DTYPES
+    method: str = "mdlm-legacy"
+    sampler: str | None = None
+    controls: bool = True
+    batch_size: int = 8
+    seed: int = 0
+    entropy_base: str | int = "e"
+    draw: str = "joint"
+    judge: str | None = None
+    device: str = "cpu"
+    carry_over: bool | None = None
+    ema: bool = True
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """What every run of one audit shares besides the settings: the ARM's first token, the loaded
+    judge with the tokenizer that decodes samples for it, and the log marginal for the surprisal."""
+
+    bos_id: int | None
+    judge: Any
+    tokenizer: Any
+    log_marginal: torch.Tensor | None
+
+
+def _gen_ppl(scoring: _Scoring, tokens: torch.Tensor, seq_len: int, batch_size: int):
+    from harness.metrics.genppl import score_texts
+
+    if scoring.judge is None:
+        return None, None
+    judge = scoring.judge
+    texts = [scoring.tokenizer.decode(r.tolist()) for r in tokens]
+    res = score_texts(judge, texts, max_length=min(judge.context, seq_len), batch_size=batch_size)[0].compute()
+    return res.gen_ppl, res.stderr
+
+
+def _run(model, sampler: str, s: PrecisionSettings, scoring: _Scoring, *, steps, dtype, control):
     out = generate(
         model,
         sampler,
-        num_samples=num_samples,
-        batch_size=batch_size,
+        num_samples=s.num_samples,
+        batch_size=s.batch_size,
         steps=steps,
         dtype=dtype,
-        method=method,
-        generator=torch.Generator(device=model.device).manual_seed(seed),
-        draw=draw,
-        bos_id=bos_id if sampler == "autoregressive" else None,
+        method=s.method,
+        generator=torch.Generator(device=model.device).manual_seed(s.seed),
+        draw=s.draw,
+        bos_id=scoring.bos_id if sampler == "autoregressive" else None,
     )
-    metric = MeanEntropy(base=entropy_base)
+    metric = MeanEntropy(base=s.entropy_base)
     metric.update(out.tokens)
     ent = metric.compute()
     summary = out.summary()
-    gen_ppl = gen_ppl_se = None
-    if judge is not None:
-        from harness.metrics.genppl import score_texts
-
-        texts = [tokenizer.decode(r.tolist()) for r in out.tokens]
-        res = score_texts(judge, texts, max_length=min(judge.context, model.seq_len), batch_size=batch_size)[
-            0
-        ].compute()
-        gen_ppl, gen_ppl_se = res.gen_ppl, res.stderr
+    gen_ppl, gen_ppl_se = _gen_ppl(scoring, out.tokens, int(model.seq_len), s.batch_size)
     surprisal = surprisal_se = None
-    if log_marginal is not None:
-        surprisal, surprisal_se = marginal_surprisal(out.tokens, log_marginal, base=entropy_base)
+    if scoring.log_marginal is not None:
+        surprisal, surprisal_se = marginal_surprisal(out.tokens, scoring.log_marginal, base=s.entropy_base)
     row = PrecisionRow(
         sampler=sampler,
         control=control,
@@ -154,98 +182,40 @@ def _run(
     return row, out.protocol
 
 
-def precision_audit(
-    model,
-    *,
-    steps: Sequence[int] = DEFAULT_STEPS,
-    num_samples: int = 8,
-    dtypes: Sequence[str] = DEFAULT_DTYPES,
-    method: str = "mdlm-legacy",
-    sampler: str | None = None,
-    controls: bool = True,
-    batch_size: int = 8,
-    seed: int = 0,
-    entropy_base: str | int = "e",
-    bos_id: int | None = None,
-    log: Callable[[str], None] | None = None,
-    judge=None,
-    tokenizer=None,
-    draw: str = "joint",
-) -> PrecisionAudit:
-    """Run the audit on a loaded model (see the module docstring).
-
-    ``sampler``: default the family's (:func:`harness.sampling.sampler_for`); when it takes no steps
-    (the ARM's autoregressive sampler) there is one row per dtype and ``steps`` is not used.
-    ``method``: the categorical method in every run ("mdlm-legacy" is MDLM's own draw, so float32
-    reproduces the reference behaviour). Every run is seeded with ``seed``. ``bos_id``: the first
-    token of autoregressive samples (the tokenizer's BOS; needed for the ARM). ``judge`` (a loaded
-    :mod:`harness.judges` judge) and ``tokenizer``: also score every run's samples for Gen PPL with
-    the same code as ``eval genppl``. ``draw``: the ancestral step's draw, MDLM's ``joint`` draw by
-    default (the one whose float32 truncation the audit is about); ``two-stage`` is the control
-    whose float32 run should match float64.
-    """
+def _check(s: PrecisionSettings, judge, tokenizer) -> list[str]:
+    """The dtype names of a checked audit."""
     if judge is not None and tokenizer is None:
         raise PrimebenchError(
             "Gen PPL in the precision audit needs the model's tokenizer to decode samples",
             fix="the checkpoint has no tokenizer folder",
         )
-    if method not in METHODS:
-        raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
-    names = [str(parse_dtype(d)).removeprefix("torch.") for d in dtypes]
+    if s.method not in METHODS:
+        raise PrimebenchError(
+            f"unknown categorical sampling method {s.method!r}", fix=f"use one of {', '.join(METHODS)}"
+        )
+    names = [str(parse_dtype(d)).removeprefix("torch.") for d in s.dtypes]
     if not names:
         raise PrimebenchError("dtypes is empty", fix="e.g. --dtypes float32,float64")
-    main = sampler or sampler_for(model)
-    spec = get_sampler(main, model)
-    grid = _check_steps(steps) if spec.uses_steps else (None,)
-    units_of(entropy_base)
-    log = log or (lambda message: None)
-    if not spec.uses_steps:
-        log(f"sampler {main!r} takes one step per generated unit: the steps list is not used")
+    units_of(s.entropy_base)
+    return names
 
-    rows: list[PrecisionRow] = []
-    protocols: dict[str, dict[str, Any]] = {}
-    marginal = all_masked_marginal(model) if spec.uses_steps else None  # the masked families
-    common = dict(
-        method=method,
-        num_samples=num_samples,
-        batch_size=batch_size,
-        seed=seed,
-        entropy_base=entropy_base,
-        bos_id=bos_id,
-        judge=judge,
-        tokenizer=tokenizer,
-        draw=draw,
-        log_marginal=None if marginal is None else marginal.log(),
-    )
-    for T in grid:
-        for dtype in names:
-            log(f"{main} steps={T if T is not None else 'per unit'} dtype={dtype}")
-            row, protocol = _run(model, main, steps=T, dtype=dtype, control=False, **common)
-            rows.append(row)
-            protocols[main] = protocol
-    control = token_by_token_sampler(model)
-    ran_control = bool(controls and control and control != main)  # a family without one has no control
-    if ran_control:
-        for dtype in names:
-            log(f"control {control} dtype={dtype}")
-            row, protocol = _run(model, control, steps=None, dtype=dtype, control=True, **common)
-            rows.append(row)
-            protocols[control] = protocol
 
+def _audit_protocol(s: PrecisionSettings, spec, grid, names, marginal, protocols, control: str | None) -> dict:
+    main = spec.name
     shared = {k: v for k, v in protocols[main].items() if k not in ("steps", "dtype")}
-    protocol = {
+    return {
         "audit": "precision",
         "sampler": main,
-        "control_sampler": control if ran_control else None,
+        "control_sampler": control,
         "steps": list(grid) if spec.uses_steps else None,
         "dtypes": names,
-        "method": method,
-        "num_samples": num_samples,
-        "batch_size": batch_size,
-        "seed": seed,
+        "method": s.method,
+        "num_samples": s.num_samples,
+        "batch_size": s.batch_size,
+        "seed": s.seed,
         "seeding": "every run starts from torch.Generator(device).manual_seed(seed)",
         "entropy": {
-            "units": units_of(entropy_base),
+            "units": units_of(s.entropy_base),
             "ids": "model token ids",
             "per": "sample, then mean",
             "ignore_ids": [],
@@ -253,16 +223,66 @@ def precision_audit(
         "surprisal": None
         if marginal is None
         else {
-            "units": f"{units_of(entropy_base)} per token",
+            "units": f"{units_of(s.entropy_base)} per token",
             "per": "sample (mean over its L tokens), then mean",
             "marginal": "the denoiser's output on the all-masked sequence at t = 1, averaged over positions",
-            "marginal_entropy": float(-torch.special.xlogy(marginal, marginal).sum()) / _nats_per_unit(entropy_base),
+            "marginal_entropy": float(-torch.special.xlogy(marginal, marginal).sum()) / _nats_per_unit(s.entropy_base),
         },
-        "draw": draw if spec.name == "ancestral" else None,
-        "judge": None if judge is None else judge.spec,
+        "draw": s.draw if spec.name == "ancestral" else None,
+        "judge": None if s.judge is None else s.judge,
         "sampler_protocol": shared,
-        "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"} if ran_control else None),
+        "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"} if control else None),
     }
+
+
+def precision_audit(
+    model,
+    settings: PrecisionSettings | None = None,
+    *,
+    bos_id: int | None = None,
+    log: Callable[[str], None] | None = None,
+    judge=None,
+    tokenizer=None,
+    **changes,
+) -> PrecisionAudit:
+    """Run the audit on a loaded model (see the module docstring).
+
+    ``settings``: a :class:`PrecisionSettings` (default: ``audit precision``'s defaults), with
+    ``changes`` by field name on top. ``bos_id``: the first token of autoregressive samples (the
+    tokenizer's BOS; needed for the ARM). ``judge`` (a loaded :mod:`harness.judges` judge) and
+    ``tokenizer``: also score every run's samples for Gen PPL with the same code as ``eval genppl``.
+    ``log`` is called with a line per run.
+    """
+    from dataclasses import replace
+
+    from harness.settings import changed
+
+    s = changed(settings or PrecisionSettings(), changes, "precision-audit")
+    if judge is not None:
+        s = replace(s, judge=judge.spec)
+    names = _check(s, judge, tokenizer)
+    spec = get_sampler(s.sampler or sampler_for(model), model)
+    grid = _check_steps(s.steps) if spec.uses_steps else (None,)
+    log = log or (lambda message: None)
+    if not spec.uses_steps:
+        log(f"sampler {spec.name!r} takes one step per generated unit: the steps list is not used")
+    # the surprisal's marginal is the all-masked denoiser output: the absorbing families only
+    marginal = all_masked_marginal(model) if spec.uses_steps and model.forward_process == "absorbing" else None
+    scoring = _Scoring(bos_id, judge, tokenizer, None if marginal is None else marginal.log())
+    rows: list[PrecisionRow] = []
+    protocols: dict[str, dict[str, Any]] = {}
+    for T in grid:
+        for dtype in names:
+            log(f"{spec.name} steps={T if T is not None else 'per unit'} dtype={dtype}")
+            row, protocols[spec.name] = _run(model, spec.name, s, scoring, steps=T, dtype=dtype, control=False)
+            rows.append(row)
+    control = token_by_token_sampler(model)
+    control = control if s.controls and control and control != spec.name else None  # some families have none
+    for dtype in names if control else ():
+        log(f"control {control} dtype={dtype}")
+        row, protocols[control] = _run(model, control, s, scoring, steps=None, dtype=dtype, control=True)
+        rows.append(row)
+    protocol = _audit_protocol(s, spec, grid, names, marginal, protocols, control)
     return PrecisionAudit(rows=tuple(rows), protocol=protocol)
 
 
@@ -275,57 +295,24 @@ class PrecisionRun:
 
 
 def audit_checkpoint(
-    checkpoint: str | Path,
-    *,
-    steps: Sequence[int],
-    num_samples: int,
-    dtypes: Sequence[str],
-    method: str,
-    sampler: str | None,
-    controls: bool,
-    batch_size: int,
-    seed: int,
-    entropy_base: str | int,
-    judge: str | None = None,
-    device: str = "cpu",
-    log: Callable[[str], None] | None = None,
-    carry_over: bool | None = None,
-    ema: bool = True,
-    draw: str = "joint",
+    checkpoint: str | Path, settings: PrecisionSettings | None = None, *, log=None, **changes
 ) -> PrecisionRun:
-    """Load ``checkpoint`` (and the ``judge`` spec, if any), run :func:`precision_audit` on it with the
-    tokenizer's BOS, and make the record (wall time from loading to the last row)."""
+    """Load ``checkpoint`` (and the settings' ``judge`` spec, if any), run :func:`precision_audit` on
+    it with the tokenizer's BOS, and make the record (wall time from loading to the last row).
+    ``settings`` and ``changes`` as for :func:`precision_audit`."""
     from harness.evaluation import load_for_evaluation
+    from harness.judges import check_judge_spec, load_judge
+    from harness.settings import changed
 
+    s = changed(settings or PrecisionSettings(), changes, "precision-audit")
     began = time.perf_counter()
-    if judge:
-        from harness.judges import check_judge_spec
-
-        check_judge_spec(judge)  # before anything loads
-    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
-    the_judge = None
-    if judge:
-        from harness.judges import load_judge
-
-        the_judge = load_judge(judge, device=device)
-    audit = precision_audit(
-        model,
-        steps=steps,
-        num_samples=num_samples,
-        dtypes=dtypes,
-        method=method,
-        sampler=sampler,
-        controls=controls,
-        batch_size=batch_size,
-        seed=seed,
-        entropy_base=entropy_base,
-        bos_id=None if tokenizer is None else tokenizer.bos_id,
-        log=log,
-        judge=the_judge,
-        tokenizer=tokenizer,
-        draw=draw,
-    )
-    audit.protocol.update(model.protocol(), weights="EMA" if ema else "raw")
+    if s.judge:
+        check_judge_spec(s.judge)  # before anything loads
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, s.device, carry_over=s.carry_over, ema=s.ema)
+    the_judge = load_judge(s.judge, device=s.device) if s.judge else None
+    bos_id = None if tokenizer is None else tokenizer.bos_id
+    audit = precision_audit(model, s, bos_id=bos_id, log=log, judge=the_judge, tokenizer=tokenizer)
+    audit.protocol.update(model.protocol(), weights="EMA" if s.ema else "raw")
     wall = time.perf_counter() - began
     return PrecisionRun(audit, record(audit, checkpoint=checkpoint, wall_s=wall, cfg=cfg))
 

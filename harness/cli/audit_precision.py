@@ -18,7 +18,7 @@ from harness.cli.options import (
     out_option,
     seed_option,
 )
-from harness.cli.parsing import int_list_callback
+from harness.cli.parsing import int_list_type
 
 
 @command("precision", aliases={"--dtypes": "--dtype"})
@@ -28,7 +28,7 @@ from harness.cli.parsing import int_list_callback
     "Comma-separated; each is run.",
     default="64,256,1024,4096",
     show_default=True,
-    callback=int_list_callback("64,256,1024,4096"),
+    type=int_list_type("64,256,1024,4096"),
 )
 @option("--samples", "Per run.", default=8, show_default=True, type=click.IntRange(min=1))
 @dtype_option("float32,float64", many=True)

@@ -9,6 +9,7 @@ import click
 from harness.cli.emit import emit_record
 from harness.cli.options import (
     carry_over_option,
+    command,
     device_option,
     draw_option,
     dtype_option,
@@ -22,7 +23,7 @@ from harness.cli.options import (
 from harness.cli.parsing import FiniteFloat
 
 
-@click.command("genppl")
+@command("genppl", aliases={"--nucleus": "--nucleus-p"})
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @option("--sampler")
 @option("--steps", "(ancestral, maskgit) [default: L].", type=click.IntRange(min=1), default=None)
@@ -30,7 +31,7 @@ from harness.cli.parsing import FiniteFloat
 @dtype_option("float64", detail="Every categorical draw is made in it.")
 @method_option("gumbel")
 @click.option(
-    "--nucleus",
+    "--nucleus-p",
     "nucleus_p",
     type=FiniteFloat(0.0, 1.0, min_open=True),
     default=1.0,
@@ -79,7 +80,7 @@ from harness.cli.parsing import FiniteFloat
     "--sweep",
     default=None,
     metavar="KNOB=V1,V2,...",
-    help="Draw one record per value of temperature or nucleus (e.g. temperature=0.8,0.9,1.0) and read Gen PPL "
+    help="Draw one record per value of temperature or nucleus-p (e.g. temperature=0.8,0.9,1.0) and read Gen PPL "
     "off the curve at the data reference's entropy (a genppl-matched record and its PNG in --out).",
 )
 @click.option(

@@ -102,7 +102,7 @@ def dtype_option(default: str, many: bool = False, detail: str | None = None):
         return option("--dtype", detail, type=LazyChoice(_dtype_names), default=default, show_default=True)
     more = "Comma-separated; each is run." + (f" {detail}" if detail else "")
     return option(
-        "--dtype", more, dest="dtypes", default=default, show_default=True, callback=comma_list(_dtype_names, "dtype")
+        "--dtype", more, dest="dtypes", default=default, show_default=True, type=comma_list(_dtype_names, "dtype")
     )
 
 
@@ -117,7 +117,7 @@ def method_option(default: str, many: bool = False, detail: str | None = None):
         dest="methods",
         default=default,
         show_default=True,
-        callback=comma_list(_method_names, "method"),
+        type=comma_list(_method_names, "method"),
     )
 
 
@@ -130,7 +130,7 @@ def carry_over_option(detail: str | None = None):
 
 
 def seed_option(detail: str | None = None, default: int = 0):
-    return option("--seed", detail, type=int, default=default, show_default=True)
+    return option("--seed", detail, type=click.IntRange(min=0), default=default, show_default=True)
 
 
 def _time_sampler_names() -> list[str]:

@@ -41,6 +41,32 @@ def per_name_ints(value: str, names, *, example: str = "mdlm=48,prime=8") -> dic
     return out
 
 
+class PerNameInts(click.ParamType):
+    """``N`` (an integer >= 1, returned as an int) or ``NAME=N,...`` pairs (returned as a dict) with
+    every NAME one of ``names()``; its element type ``item`` is an integer >= 1, as for ``--samples``
+    everywhere else."""
+
+    name = "integer per model"
+
+    def __init__(self, names, example: str):
+        self.names = names
+        self.example = example
+        self.item = click.IntRange(min=1)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, dict)):
+            return value
+        text = str(value).strip()
+        if "=" not in text and "," not in text:
+            if not text.isdigit() or int(text) < 1:
+                self.fail(f"{value!r}: N must be an integer >= 1 (e.g. 16, or {self.example})", param, ctx)
+            return int(text)
+        try:
+            return per_name_ints(text, self.names(), example=self.example)
+        except click.BadParameter as error:
+            self.fail(error.message, param, ctx)
+
+
 class FiniteFloat(click.FloatRange):
     """click's FloatRange that also refuses nan and inf (FloatRange lets nan through: every comparison
     with it is false)."""
@@ -81,28 +107,37 @@ def estimator_choices() -> list[str]:
     return ["default", "both", *estimator_names()]
 
 
-def comma_list(names, what: str):
-    """A click callback: "a,b" -> ["a", "b"], each one of ``names()`` (a registry's names), else
-    click.BadParameter naming the ``what`` and the choices."""
+class CommaList(click.ParamType):
+    """A comma-separated list of values of one element type ``item`` (a click type, which converts
+    and checks every entry): the one way an option takes several values, so an option name that
+    takes one value in one command and a list in another has the same element type in both."""
 
-    def parse(ctx, param, value: str | None) -> list[str] | None:
-        if value is None:
-            return None
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        allowed = list(names())
+    def __init__(self, item: click.ParamType, example: str):
+        self.item = item
+        self.example = example
+        self.name = f"{item.name} list"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "V1,V2,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        items = [v.strip() for v in str(value).split(",") if v.strip()]
         if not items:
-            raise click.BadParameter(f"give at least one of {', '.join(allowed)}")
-        for item in items:
-            if item not in allowed:
-                raise click.BadParameter(f"unknown {what} {item!r}; choose from {', '.join(allowed)}")
-        return items
-
-    return parse
+            self.fail(f"{value!r} is empty: give comma-separated values, e.g. {self.example}", param, ctx)
+        return [self.item.convert(item, param, ctx) for item in items]
 
 
-def int_list_callback(example: str, minimum: int = 1):
-    """A click callback for :func:`int_list` (None stays None)."""
-    return lambda ctx, param, value: None if value is None else int_list(value, example=example, minimum=minimum)
+def comma_list(names, what: str) -> CommaList:
+    """A comma list of ``what`` names, each one of ``names()`` (a registry's names, read when first
+    needed)."""
+    return CommaList(LazyChoice(names), example=f"{what}1,{what}2")
+
+
+def int_list_type(example: str, minimum: int = 1) -> CommaList:
+    """A comma list of integers >= ``minimum``."""
+    return CommaList(click.IntRange(min=minimum), example=example)
 
 
 class Command(click.Command):

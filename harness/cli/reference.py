@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from harness.cli.parsing import Command
-from harness.cli.vocabulary import CHANGED_MEANING, VOCABULARY
+from harness.cli.vocabulary import CHANGED_MEANING, SEVERAL, TYPES, VOCABULARY
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 WIDTH = 100
@@ -76,15 +76,17 @@ def markdown() -> str:
         "## One vocabulary",
         "",
         "Each option name means one thing in every command that takes it. A command adds detail to the",
-        "meaning (a default, a unit), never a different one. `--dtype`, `--method` and `--steps` take one",
-        "value, or a comma list in the commands that compare several (`audit precision`, `audit gumbel`,",
-        "the `reproduce` sweeps).",
+        "meaning (a default, a unit), never a different one, and the value has one type everywhere. A few",
+        "options take several values in the commands that compare them (the `values` column); every other",
+        "command takes one value of the same type and refuses a list.",
         "",
-        "| option | meaning | commands |",
-        "|---|---|---|",
+        "| option | meaning | type | values | commands |",
+        "|---|---|---|---|---|",
     ]
     for name, meaning, used in vocabulary_rows():
-        lines.append(f"| `{name}` | {cell(meaning)} | {', '.join(f'`{u}`' for u in used) or '–'} |")
+        several = cell(SEVERAL.get(name, "one"))
+        users = ", ".join(f"`{u}`" for u in used) or "–"
+        lines.append(f"| `{name}` | {cell(meaning)} | {TYPES[name]} | {several} | {users} |")
     lines += [
         "",
         "## Renamed options",

@@ -111,7 +111,7 @@ def _small_models() -> tuple[str, ...]:
     "The other models' records already in OUT/records (an earlier run of the job) stay in the tables.",
     default=None,
     metavar="NAMES",
-    callback=comma_list(lambda: _small_models(), "model"),
+    type=comma_list(lambda: _small_models(), "model"),
 )
 def reproduce_small_cmd(out, force, judge, train_steps, max_rows, samples, seed, seeds, models):
     """Every family at CPU scale (about two hours per seed on a 2-core CPU): perplexity (exact / valid bound /

@@ -9,11 +9,18 @@ from pathlib import Path
 import click
 
 from harness.cli.options import Command, option, out_option
-from harness.cli.parsing import FiniteFloat, int_list_callback
+from harness.cli.parsing import FiniteFloat, PerNameInts, int_list_type
 
 # --steps was the training steps of `reproduce precision`; it is now the sampling steps everywhere, so the
 # old meaning cannot be an alias: docs/cli.md lists the change
 STEPS_ALIASES = {"--sampling-steps": "--steps"}
+PRECISION_ALIASES = {**STEPS_ALIASES, "--paper": "--paper-scale"}
+
+
+def _precision_models() -> tuple[str, ...]:
+    from harness.reproduce.precision import MODELS
+
+    return tuple(MODELS)
 
 
 def _paper_options(fn):
@@ -29,7 +36,7 @@ def _paper_options(fn):
     return fn
 
 
-@click.command("precision", cls=Command, aliases=STEPS_ALIASES)
+@click.command("precision", cls=Command, aliases=PRECISION_ALIASES)
 @out_option(
     "Checkpoints, records, tables.md and precision.png go into it.",
     default=Path("results/runs/precision"),
@@ -37,16 +44,18 @@ def _paper_options(fn):
 )
 @option("--force", is_flag=True)
 @option("--train-steps", "Of both models.", type=click.IntRange(min=1), default=None)
-@option("--steps", "The sweep, comma-separated [default: 16,64,256].", callback=int_list_callback("16,64,256"))
+@option("--steps", "The sweep, comma-separated [default: 16,64,256].", type=int_list_type("16,64,256"))
 @option(
     "--samples",
     "Per run: N for both models, or per model (mdlm=48,prime=8; a model not named keeps its default) "
-    "[default: mdlm=48,prime=8]. With --paper: one number.",
+    "[default: mdlm=48,prime=8]. With --paper-scale: one number.",
     default=None,
     metavar="N|MODEL=N,...",
+    type=PerNameInts(lambda: _precision_models(), "mdlm=48,prime=8"),
 )
 @click.option(
-    "--paper",
+    "--paper-scale",
+    "paper",
     is_flag=True,
     help="The paper-scale preset instead: an imported MDLM-OWT checkpoint, L = 1024, T = 100 to 10,000, float32 "
     "vs float64 (with --dry-run, --checkpoint mdlm=SRC, --nproc, --tflops).",
@@ -55,29 +64,23 @@ def _paper_options(fn):
 def reproduce_precision_cmd(out, force, train_steps, steps, samples, paper, dry_run, checkpoints, nproc, tflops, gpu):
     """The fp32 temperature effect at GPT-2's vocabulary: small MDLM and Prime, joint draw in float32 vs
     float64 over steps, the two-stage draw as control, and the entropy predicted by the draw's exact law."""
-    from harness.cli.parsing import per_name_ints
     from harness.logging import console
     from harness.reproduce.precision import MODELS, run_precision
     from harness.reproduce.report import precision_sections, print_sections
 
     if paper:
-        if samples is not None and (not samples.strip().isdigit() or int(samples) < 1):
+        if isinstance(samples, dict):
             raise click.BadParameter(
-                f"{samples!r}: with --paper give one number of samples, an integer >= 1", param_hint="--samples"
+                f"{samples!r}: with --paper-scale give one number of samples, an integer >= 1", param_hint="--samples"
             )
-        samples = None if samples is None else int(samples)
         root = Path("results/runs") if out == Path("results/runs/precision") else out
         run_paper("precision", dry_run, checkpoints, nproc, tflops, gpu, samples, steps, root)
         return
     if dry_run or checkpoints:
         raise click.UsageError(
-            "--dry-run and --checkpoint go with --paper (the machine-scale job trains its own models)"
+            "--dry-run and --checkpoint go with --paper-scale (the machine-scale job trains its own models)"
         )
-    try:
-        per_model = None if samples is None else per_name_ints(samples, MODELS)
-    except click.BadParameter as error:
-        error.param_hint = "--samples"
-        raise
+    per_model = dict.fromkeys(MODELS, samples) if isinstance(samples, int) else samples
     t0 = time.time()
     result = run_precision(out, force=force, steps=train_steps, samples=per_model, audit_steps=steps)
     print_sections(precision_sections(result))
@@ -120,7 +123,7 @@ def _paper_command(preset: str, summary: str, sampling: bool = False):
 
     paper_cmd = out_option("The root of the preset's runs.", default=Path("results/runs"), show_default=True)(paper_cmd)
     if sampling:
-        paper_cmd = option("--steps", "The sweep, comma-separated.", callback=int_list_callback("128,256"))(paper_cmd)
+        paper_cmd = option("--steps", "The sweep, comma-separated.", type=int_list_type("128,256"))(paper_cmd)
         paper_cmd = option("--samples", "Per model and T.", type=click.IntRange(min=1), default=None)(paper_cmd)
     paper_cmd = _paper_options(paper_cmd)
     help_text = summary + " Paper scale, for GPUs; --dry-run prints the plan."

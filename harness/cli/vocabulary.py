@@ -40,6 +40,51 @@ VOCABULARY: dict[str, str] = {
     "--tokenizer": "Tokenizer spec (bpe:N, char, gpt2, an HF tokenizer folder, ...).",
 }
 
+#: the value type of every shared option (click's name of it), the same in every command that takes
+#: it; where a command takes several values, the type of each
+TYPES: dict[str, str] = {
+    "--out": "path",
+    "--json": "boolean",
+    "--device": "text",
+    "--seed": "integer range",
+    "--seeds": "integer range",
+    "--models": "choice",
+    "--steps": "integer range",
+    "--train-steps": "integer range",
+    "--samples": "integer range",
+    "--mc-samples": "integer range",
+    "--batch-size": "integer range",
+    "--seq-len": "integer range",
+    "--max-rows": "integer range",
+    "--dtype": "choice",
+    "--method": "choice",
+    "--draw": "choice",
+    "--sampler": "text",
+    "--time-sampler": "choice",
+    "--ema": "boolean",
+    "--carry-over": "boolean",
+    "--judge": "text",
+    "--bits": "boolean",
+    "--references": "boolean",
+    "--force": "boolean",
+    "--dry-run": "boolean",
+    "--checkpoint": "text",
+    "--nproc": "integer range",
+    "--tflops": "float range",
+    "--gpu": "text",
+    "--tokenizer": "text",
+}
+
+#: the options that some commands take as several values, and how; every other command takes one
+#: value of the same type, and a list given to it is refused by its type
+SEVERAL: dict[str, str] = {
+    "--steps": "a comma list where the command sweeps T (audit precision, the reproduce sweeps)",
+    "--dtype": "a comma list where the command compares precisions (audit precision, audit gumbel)",
+    "--method": "a comma list where the command compares draw methods (audit gumbel)",
+    "--models": "always a comma list of the job's models",
+    "--samples": "one number, or one per model (reproduce precision: mdlm=48,prime=8)",
+}
+
 #: options whose meaning changed where no hidden alias could keep the old one
 CHANGED_MEANING: dict[str, str] = {
     "reproduce precision --steps": "was the training steps; it is now the sampling steps (the old "

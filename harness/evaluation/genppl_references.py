@@ -18,7 +18,18 @@ A run is flagged ``collapsed`` (:func:`collapse_check`) when its pooled distinct
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
+
+from harness.data import get_packed
+from harness.data.corpora import get_corpus
+from harness.errors import DataError
+from harness.evaluation.genppl_scoring import Scorer
+from harness.metrics.genppl import to_judge_ids
+from harness.metrics.mauve_score import mauve_between, too_few_for_mauve
+from harness.metrics.references import fit_counts
+from harness.records import Metric
 
 #: a run whose pooled distinct-4 is below this share of the data reference's is flagged collapsed
 COLLAPSE_RATIO = 0.5
@@ -36,11 +47,6 @@ def reference_token_rows(
     whose training config is ``cfg``; the data come from the corpus it was trained on. With
     ``held_out`` also ``"held_out"``: the next ``samples`` rows, disjoint from ``data``, the text
     MAUVE compares every batch with."""
-    from harness.data import get_packed
-    from harness.data.corpora import get_corpus
-    from harness.errors import DataError
-    from harness.metrics.references import fit_counts
-
     data = cfg.data
     corpus = get_corpus(data.corpus)
     packing = {"wrap": data.wrap, "eos_between_docs": data.eos_between_docs, "remainder": "drop"}
@@ -91,56 +97,55 @@ def collapse_check(distinct_4: float, data_distinct_4: float) -> dict:
     }
 
 
-def reference_metrics(
-    cfg, tokenizer, judge, *, samples, seq_len, seed, max_length, batch_size, bits, sample_rows=None
-) -> dict:
+class References(NamedTuple):
+    """What :func:`reference_metrics` returns: the record's ``references`` ``block``, the samples'
+    own MAUVE (a :class:`~harness.records.Metric`, None without MAUVE) and the MAUVE protocol (None
+    without MAUVE; ``{"skipped": why}`` when there were too few rows)."""
+
+    block: dict[str, Any]
+    samples_mauve: Metric | None
+    mauve_protocol: dict[str, Any] | None
+
+
+def reference_metrics(cfg, scorer: Scorer, *, samples: int, seq_len: int, seed: int, sample_rows=None) -> References:
     """The ``references`` block of a ``genppl`` record: each reference batch's metrics (scored by
-    :func:`harness.evaluation.genppl.score_rows` and ``metrics_from_rows``, as the samples are) and where it came from.
+    ``scorer`` exactly as the samples are) and where it came from.
 
-    With ``sample_rows`` (the run's scored rows) and a judge, MAUVE too: every batch, the samples
-    included, against held-out rows disjoint from ``data`` (:mod:`harness.metrics.mauve_score`);
-    the samples' value is returned under ``block["mauve_of_samples"]`` for the run's own metrics."""
-    from harness.evaluation.genppl import metrics_from_rows, score_rows
-    from harness.metrics.genppl import to_judge_ids
-    from harness.records import Metric
-
-    mauve = sample_rows is not None and judge is not None
+    With ``sample_rows`` (the run's scored rows, with the judge's features) and a judge, MAUVE too:
+    every batch, the samples included, against held-out rows disjoint from ``data``
+    (:mod:`harness.metrics.mauve_score`)."""
+    mauve = sample_rows is not None and scorer.judge is not None
     batches, provenance = reference_token_rows(
-        cfg, tokenizer, samples=samples, seq_len=seq_len, seed=seed, held_out=mauve
+        cfg, scorer.tokenizer, samples=samples, seq_len=seq_len, seed=seed, held_out=mauve
     )
-    block = {"provenance": provenance}
-    scored = {}
+    block: dict[str, Any] = {"provenance": provenance}
+    scored = {name: scorer.rows(batches[name]) for name in NAMES}
     for name in NAMES:
-        scored[name] = score_rows(
-            batches[name], tokenizer, judge, max_length=max_length, batch_size=batch_size, features=mauve
-        )
-        metrics = metrics_from_rows(scored[name], judge_spec=None if judge is None else judge.spec, bits=bits)
-        block[name] = {"metrics": {k: v.to_dict() for k, v in metrics.items()}}
-    if mauve:
-        from harness.metrics.mauve_score import too_few_for_mauve
-
-        why = too_few_for_mauve(len(batches["held_out"]), len(sample_rows))
-        if why is not None:  # no number rather than one that cannot separate copies from text
-            block["mauve_protocol"] = {"skipped": why}
-            mauve = False
-    if mauve:
-        from harness.metrics.mauve_score import mauve_between
-
-        def features(judge_ids):
-            return judge.features(judge_ids, max_length=max_length, batch_size=batch_size)
-
-        held = features([to_judge_ids(r.tolist(), tokenizer, judge) for r in batches["held_out"]])
-        what = f"MAUVE against {samples} held-out rows, {judge.spec} features"
-        for name in (*NAMES, "samples"):
-            rows = sample_rows if name == "samples" else scored[name]
-            value, protocol = mauve_between(held, torch.stack([r["judge_features"] for r in rows]), seed=seed)
-            metric = Metric(value, None, "estimate", what).to_dict()
-            if name == "samples":
-                block["mauve_of_samples"] = metric
-            else:
-                block[name]["metrics"]["mauve"] = metric
-        block["mauve_protocol"] = protocol
-    return block
+        block[name] = {"metrics": {k: v.to_dict() for k, v in scorer.metrics(scored[name]).items()}}
+    if not mauve:
+        return References(block, None, None)
+    why = too_few_for_mauve(len(batches["held_out"]), len(sample_rows))
+    if why is not None:  # no number rather than one that cannot separate copies from text
+        return References(block, None, {"skipped": why})
+    held = _features(scorer, [to_judge_ids(r.tolist(), scorer.tokenizer, scorer.judge) for r in batches["held_out"]])
+    what = f"MAUVE against {samples} held-out rows, {scorer.judge.spec} features"
+    for name in NAMES:
+        value, protocol = mauve_between(held, torch.stack([r["judge_features"] for r in scored[name]]), seed=seed)
+        block[name]["metrics"]["mauve"] = Metric(value, None, "estimate", what).to_dict()
+    value, protocol = mauve_between(held, torch.stack([r["judge_features"] for r in sample_rows]), seed=seed)
+    return References(block, Metric(value, None, "estimate", what), protocol)
 
 
-__all__ = ["COLLAPSE_RATIO", "COLLAPSE_RULE", "NAMES", "collapse_check", "reference_metrics", "reference_token_rows"]
+def _features(scorer: Scorer, judge_ids: list[list[int]]) -> torch.Tensor:
+    return scorer.judge.features(judge_ids, max_length=scorer.max_length, batch_size=scorer.batch_size)
+
+
+__all__ = [
+    "COLLAPSE_RATIO",
+    "COLLAPSE_RULE",
+    "NAMES",
+    "References",
+    "collapse_check",
+    "reference_metrics",
+    "reference_token_rows",
+]

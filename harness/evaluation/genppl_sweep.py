@@ -1,4 +1,4 @@
-"""Gen PPL at matched entropy: ``eval genppl --sweep temperature=0.7,0.8,...`` (or ``nucleus=...``).
+"""Gen PPL at matched entropy: ``eval genppl --sweep temperature=0.7,0.8,...`` (or ``nucleus-p=...``).
 
 Gen PPL falls as entropy falls, so two models are compared at the same diversity: the sweep draws
 one ``genppl`` record per value of the knob (each the full protocol, references included), and a
@@ -20,14 +20,21 @@ import math
 from harness.errors import InputError
 
 #: sweep knob -> the run_genppl argument it sets, and its valid range
-KNOBS = {"temperature": ("temperature", (1e-3, 1e3)), "nucleus": ("nucleus_p", (0.0, 1.0))}
+KNOBS = {"temperature": ("temperature", (1e-3, 1e3)), "nucleus-p": ("nucleus_p", (0.0, 1.0))}
+#: older knob names, still read (with a deprecation line)
+OLD_KNOBS = {"nucleus": "nucleus-p"}
 
 
 def parse_sweep(text: str) -> tuple[str, list[float]]:
     """``"temperature=0.7,0.8"`` -> ``("temperature", [0.7, 0.8])``; a clear error for anything else."""
     knob, sep, values = text.partition("=")
     knob = knob.strip()
-    fix = "use --sweep temperature=0.7,0.8,0.9,1.0 or --sweep nucleus=0.8,0.9,0.95,1.0"
+    if knob in OLD_KNOBS:
+        from harness.logging import console
+
+        console().print(f"--sweep {knob}= is deprecated; use {OLD_KNOBS[knob]}=", highlight=False)
+        knob = OLD_KNOBS[knob]
+    fix = "use --sweep temperature=0.7,0.8,0.9,1.0 or --sweep nucleus-p=0.8,0.9,0.95,1.0"
     if not sep or knob not in KNOBS:
         raise InputError(f"--sweep {text!r}: the knob must be one of {sorted(KNOBS)}", fix=fix)
     try:
@@ -63,40 +70,56 @@ def matched_gen_ppl(points: list[dict], target: float) -> dict | None:
     return None
 
 
-def run_sweep(checkpoint, *, sweep: str, judge_obj=None, **settings) -> tuple[dict, list[tuple[dict, list]]]:
-    """One ``genppl`` record per sweep value and the ``genppl-matched`` record read off their curve:
-    ``(matched record, [(point record, its samples), ...])``. ``settings`` go to
-    :func:`harness.evaluation.genppl.run_genppl` (the sweep's knob must not be among them)."""
-    from harness.evaluation.genppl import run_genppl
-    from harness.judges import load_judge
-    from harness.records import Metric, make_record
+def _point(value: float, record: dict) -> dict:
+    m = record["metrics"]
+    return {
+        "value": value,
+        "entropy": m["entropy_model"]["value"],
+        "entropy_se": m["entropy_model"]["stderr"],
+        "gen_ppl": m["gen_ppl"]["value"],
+        "gen_ppl_se": m["gen_ppl"]["stderr"],
+    }
+
+
+def _sweep_settings(settings, sweep: str, changes: dict):
+    """``(knob, values, the run_genppl argument it sets, the settings of every point)``."""
+    from harness.evaluation.genppl import genppl_settings
 
     knob, values = parse_sweep(sweep)
     arg = KNOBS[knob][0]
-    if settings.get("samples_file") is not None:
+    s = genppl_settings(settings, **{k: v for k, v in changes.items() if k != arg})
+    if s.samples_file is not None:
         raise InputError("--sweep draws samples; it cannot score a --samples-file", fix="pass one of the two")
-    if settings.get("references") is False:
+    if not s.references:
         raise InputError("--sweep reads the curve at the data reference's entropy", fix="drop --no-references")
-    judge = settings.pop("judge", "smollm2")
-    if judge_obj is None and judge:
-        judge_obj = load_judge(judge, device=settings.get("device", "cpu"))
+    return knob, values, arg, s
+
+
+def run_sweep(
+    checkpoint, settings=None, *, sweep: str, judge_obj=None, **changes
+) -> tuple[dict, list[tuple[dict, list]]]:
+    """One ``genppl`` record per sweep value and the ``genppl-matched`` record read off their curve:
+    ``(matched record, [(point record, its samples), ...])``. ``settings`` (a
+    :class:`~harness.evaluation.genppl.GenPPLSettings`) and ``changes`` as for
+    :func:`harness.evaluation.genppl.run_genppl`; the sweep's knob among them is ignored."""
+    from dataclasses import replace
+
+    from harness.evaluation.genppl import run_genppl
+    from harness.judges import load_judge
+
+    knob, values, arg, s = _sweep_settings(settings, sweep, changes)
+    if judge_obj is None and s.judge:
+        judge_obj = load_judge(s.judge, device=s.device)
     if judge_obj is None:
         raise InputError("--sweep compares Gen PPL, which needs a judge", fix="pass --judge")
-    settings.pop(arg, None)
-    results = [run_genppl(checkpoint, judge_obj=judge_obj, **settings, **{arg: v}) for v in values]
-    points = []
-    for value, (record, _) in zip(values, results, strict=True):
-        m = record["metrics"]
-        points.append(
-            {
-                "value": value,
-                "entropy": m["entropy_model"]["value"],
-                "entropy_se": m["entropy_model"]["stderr"],
-                "gen_ppl": m["gen_ppl"]["value"],
-                "gen_ppl_se": m["gen_ppl"]["stderr"],
-            }
-        )
-    first = results[0][0]
+    results = [run_genppl(checkpoint, replace(s, **{arg: v}), judge_obj=judge_obj) for v in values]
+    points = [_point(value, record) for value, (record, _) in zip(values, results, strict=True)]
+    return _matched_record(results[0][0], points, knob, values, arg, s.device), results
+
+
+def _matched_record(first: dict, points: list[dict], knob: str, values: list[float], arg: str, device: str) -> dict:
+    from harness.records import Metric, make_record
+
     target = first["references"]["data"]["metrics"]["entropy_model"]["value"]
     matched = matched_gen_ppl(points, target)
     metrics = {}
@@ -120,16 +143,15 @@ def run_sweep(checkpoint, *, sweep: str, judge_obj=None, **settings) -> tuple[di
             f"no two sweep points bracket the data reference's entropy {target:.4f} "
             f"(points span {min(p['entropy'] for p in points):.4f}..{max(p['entropy'] for p in points):.4f})"
         )
-    record = make_record(
+    return make_record(
         "genppl-matched",
         model=first["model"],
         metrics=metrics,
         protocol=protocol,
         seed=first["protocol"]["seed"],
-        device=settings.get("device", "cpu"),
+        device=device,
         extra={"curve": points, "references": first["references"]},
     )
-    return record, results
 
 
 __all__ = ["KNOBS", "matched_gen_ppl", "parse_sweep", "run_sweep"]

@@ -9,19 +9,20 @@ Its standard error combines the per-sequence Monte-Carlo standard errors (zero w
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
+from harness.distributed import batch_seed
+from harness.errors import DataError
 from harness.metrics.nll import NLLAccumulator, PerplexityResult
 from harness.models.base import Estimator
 from harness.records import Metric
-
-
-def batch_seed(seed: int, index: int) -> int:
-    """Seed of batch ``index``: the draws of a batch do not depend on which rank scores it."""
-    return (seed * 1_000_003 + index * 7_919 + 17) % (2**63 - 1)
+from harness.settings import changed
 
 
 @torch.no_grad()
@@ -78,15 +79,8 @@ def evaluate_nll(
         )
         for acc, res in zip(accs, results):
             acc.update(res)
-    if world > 1:
-        import torch.distributed as dist
-
-        for acc in accs:
-            kinds = [None] * world
-            dist.all_gather_object(kinds, (acc.kind, acc.num_samples))
-            known = [k for k in kinds if k[0] is not None]
-            acc.kind, acc.num_samples = known[0]
-            acc.all_reduce()
+    for acc in accs:
+        acc.all_reduce()  # a no-op in one process
     return [acc.compute() for acc in accs]
 
 
@@ -112,6 +106,38 @@ def estimator_plan(model, estimator: str) -> list[Estimator]:
     )
 
 
+@dataclass(frozen=True)
+class PPLSettings:
+    """Every setting of a perplexity run (:func:`run_ppl`), with the defaults of ``eval ppl``.
+
+    ``data``: a corpus spec (``NAME[:SPLIT]``) or ``image:NAME[:SPLIT]`` (None: the checkpoint's
+    validation split); ``seq_len`` (None: the model's), ``wrap``, ``eos_between_docs`` and
+    ``remainder`` (None: as trained) pack the text; ``estimator`` (``default``, ``both`` or a name),
+    ``time_sampler`` (None: the family's) and ``mc_samples`` choose the estimate; rows are scored in
+    batches of ``batch_size`` from ``seed``, the first ``max_rows`` only when set; ``ignore_bos``:
+    the first position of every row is context, never masked or scored (BD3-LMs); ``device``;
+    Prime's ``carry_over`` (None: as trained); the ``ema`` weights; ``references``: also score the
+    unigram and bigram references (:mod:`harness.metrics.references`) on the same tokens (text only).
+    """
+
+    data: str | None = None
+    seq_len: int | None = None
+    wrap: bool | None = None
+    eos_between_docs: bool | None = None
+    remainder: str | None = None
+    mc_samples: int = 1
+    batch_size: int = 16
+    estimator: str = "default"
+    time_sampler: str | None = None
+    seed: int = 0
+    max_rows: int | None = None
+    device: str = "cpu"
+    ignore_bos: bool = False
+    carry_over: bool | None = None
+    ema: bool = True
+    references: bool = True
+
+
 class Scored(NamedTuple):
     """What :func:`score_rows` returns: the ``metrics`` by name, the ``protocol`` fields shared by
     text and image records, and the ``kinds`` of the estimators scored (by metric suffix)."""
@@ -121,69 +147,60 @@ class Scored(NamedTuple):
     kinds: dict[str, str]
 
 
-def score_rows(
-    model,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    estimator: str,
-    time_sampler: str | None,
-    batch_size: int,
-    mc_samples: int,
-    seed: int,
-    info,
-    units: tuple[str, str],
-    exp_name: str,
-    ignore_bos: bool = False,
-) -> Scored:
-    """Score every row of ``ids`` (N, L) (real tokens ``mask`` (N, L)) with each estimator that
-    ``estimator`` plans (:func:`estimator_plan`), all in one :func:`evaluate_nll` pass.
+#: the metric names and units of a text and an image record: (nll units, second metric, its units)
+TEXT_UNITS = ("nats/token", "ppl", "perplexity")
+IMAGE_UNITS = ("nats/dim", "bpd", "bits/dim")
 
-    ``time_sampler``: None for the family's default (``model.time_sampler``). ``info``: the rank
-    and world of :func:`harness.distributed.setup`. ``ignore_bos``: position 0 of every row is
-    given context, never masked and never scored (BD3-LMs' ``ignore_bos``, which their zero-shot
-    numbers use). ``units``: the (nll, per-unit) names, e.g. ("nats/token", "perplexity");
-    ``exp_name`` names the second metric (``ppl``, or ``bpd`` for images, which is nats / ln 2
-    rather than exp).
+
+def _metrics_of(plan: list[Estimator], results: list[PerplexityResult], units: tuple[str, str, str]) -> dict:
+    metrics: dict[str, Metric] = {}
+    for est, res in zip(plan, results):
+        metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
+        if units[1] == "bpd":  # nats / ln 2, not exp
+            metrics[f"bpd{est.suffix}"] = Metric(res.bits_per_token, res.stderr / math.log(2), res.kind, units[2])
+        else:
+            metrics[f"ppl{est.suffix}"] = Metric(res.ppl, res.ppl * res.stderr, res.kind, units[2])
+    return metrics
+
+
+def score_rows(model, ids: torch.Tensor, mask: torch.Tensor, settings: PPLSettings, info, units=TEXT_UNITS) -> Scored:
+    """Score every row of ``ids`` (N, L) (real tokens ``mask`` (N, L)) with each estimator that
+    ``settings.estimator`` plans (:func:`estimator_plan`), all in one :func:`evaluate_nll` pass.
+
+    ``info``: the rank and world of :func:`harness.distributed.setup`. ``units``: :data:`TEXT_UNITS`
+    or :data:`IMAGE_UNITS`, the metric names and units.
     """
     from harness.diffusion import time_sampler_text
 
-    plan = estimator_plan(model, estimator)
-    sampler = model.time_sampler(time_sampler)
+    plan = estimator_plan(model, settings.estimator)
+    sampler = model.time_sampler(settings.time_sampler)
     results = evaluate_nll(
         model,
         ids,
         mask,
         estimators=[est.name for est in plan],
         time_sampler=sampler,
-        batch_size=batch_size,
-        num_samples=mc_samples,
-        seed=seed,
-        corruptible=_first_given(mask) if ignore_bos else None,
+        batch_size=settings.batch_size,
+        num_samples=settings.mc_samples,
+        seed=settings.seed,
+        corruptible=_first_given(mask) if settings.ignore_bos else None,
         rank=info.rank,
         world=info.world,
     )
-    metrics: dict[str, Metric] = {}
-    for est, res in zip(plan, results):
-        metrics[f"nll{est.suffix}"] = Metric(res.nll, res.stderr, res.kind, units[0])
-        if exp_name == "bpd":
-            metrics[f"bpd{est.suffix}"] = Metric(res.bits_per_token, res.stderr / math.log(2), res.kind, units[1])
-        else:
-            metrics[f"ppl{est.suffix}"] = Metric(res.ppl, res.ppl * res.stderr, res.kind, units[1])
     first = results[0]
     protocol = {
         "tokens_scored": first.tokens,
-        "batch_size": batch_size,
+        "batch_size": settings.batch_size,
         "world_size": info.world,
-        "mc_samples": mc_samples if model.uses_time_sampler else None,
+        "mc_samples": settings.mc_samples if model.uses_time_sampler else None,
         "time_sampler": None
         if sampler is None
         else time_sampler_text(sampler, model.nelbo_block_size) + f" [{sampler}]",
         "stderr_method": first.stderr_method,
         "schedule": model.hparams.get("schedule"),
-        "ignore_bos": bool(ignore_bos),
+        "ignore_bos": bool(settings.ignore_bos),
     }
-    return Scored(metrics, protocol, {est.suffix or "nll": est.kind for est in plan})
+    return Scored(_metrics_of(plan, results, units), protocol, {est.suffix or "nll": est.kind for est in plan})
 
 
 def _image_spec(data: str | None, cfg) -> str | None:
@@ -194,8 +211,6 @@ def _image_spec(data: str | None, cfg) -> str | None:
     if not is_image_spec(spec):
         if data is None or not is_image_spec(cfg.data.corpus):
             return None
-        from harness.errors import DataError
-
         raise DataError(
             f"--data {data!r}: this checkpoint was trained on images ({cfg.data.corpus})",
             fix=f"pass --data {cfg.data.corpus}:test, or leave --data unset",
@@ -203,20 +218,7 @@ def _image_spec(data: str | None, cfg) -> str | None:
     return str(parse_image_spec(spec).with_default_split(cfg.data.valid_split))
 
 
-def run_image_bpd(
-    model,
-    tokenizer,
-    cfg,
-    spec: str,
-    *,
-    estimator: str,
-    time_sampler: str | None,
-    mc_samples: int,
-    batch_size: int,
-    seed: int,
-    max_rows: int | None,
-    info,
-) -> tuple[dict, dict]:
+def run_image_bpd(model, tokenizer, spec: str, settings: PPLSettings, info) -> tuple[dict, dict]:
     """Bits per dimension of ``model`` on the image dataset ``spec``: (metrics, protocol).
 
     Every one of the H*W*ch tokens of an image is scored (the ARM through its start token), so
@@ -224,8 +226,12 @@ def run_image_bpd(
     token-joint estimator the paper objective) and the standard error of :func:`evaluate_nll`.
     """
     from harness.data.images import get_image_dataset
-    from harness.errors import DataError
 
+    if settings.ignore_bos:
+        raise DataError(
+            "--ignore-bos applies to text rows ([BOS] chunk [EOS]); image rows have no BOS",
+            fix="drop --ignore-bos for image data",
+        )
     ds = get_image_dataset(spec[len("image:") :])
     if ds.levels != model.vocab_size or ds.seq_len != model.seq_len:
         raise DataError(
@@ -235,20 +241,8 @@ def run_image_bpd(
         )
     if model.image_unscored_first_pixel:
         raise DataError(model.image_unscored_first_pixel, fix="train the ARM on images with model.start_token=true")
-    ids = ds.tokens if max_rows is None else ds.tokens[:max_rows]
-    metrics, shared, kinds = score_rows(
-        model,
-        ids,
-        torch.ones_like(ids),
-        estimator=estimator,
-        time_sampler=time_sampler,
-        batch_size=batch_size,
-        mc_samples=mc_samples,
-        seed=seed,
-        info=info,
-        units=("nats/dim", "bits/dim"),
-        exp_name="bpd",
-    )
+    ids = ds.tokens if settings.max_rows is None else ds.tokens[: settings.max_rows]
+    metrics, shared, kinds = score_rows(model, ids, torch.ones_like(ids), settings, info, IMAGE_UNITS)
     protocol = {
         "dataset": ds.name,
         "data": spec,
@@ -260,7 +254,7 @@ def run_image_bpd(
         "detokenizer": None,
         "packing": {},
         "rows_scored": int(ids.shape[0]),
-        "max_rows": max_rows,
+        "max_rows": settings.max_rows,
         "tokenizer": tokenizer.spec,
         "seq_len": ds.seq_len,
         "token_convention": "one image per row, all H*W*ch dimensions scored" + model.image_token_note,
@@ -271,136 +265,116 @@ def run_image_bpd(
     return metrics, protocol
 
 
-def run_ppl(
-    checkpoint,
-    *,
-    data: str | None = None,
-    seq_len: int | None = None,
-    wrap: bool | None = None,
-    eos_between_docs: bool | None = None,
-    remainder: str | None = None,
-    mc_samples: int = 1,
-    batch_size: int = 16,
-    estimator: str = "default",
-    time_sampler: str | None = None,
-    seed: int = 0,
-    max_rows: int | None = None,
-    device: str = "cpu",
-    ignore_bos: bool = False,
-    carry_over: bool | None = None,
-    ema: bool = True,
-    references: bool = True,
-) -> dict:
+class TextRows(NamedTuple):
+    """The packed rows of a text evaluation: the dataset, its ``ids`` and ``mask`` (N, L), the
+    packing settings and the packer's protocol, and L."""
+
+    dataset: Any
+    ids: torch.Tensor
+    mask: torch.Tensor
+    packing: dict[str, Any]
+    packed_protocol: dict[str, Any]
+    seq_len: int
+
+
+def text_rows(model, tokenizer, cfg, settings: PPLSettings) -> TextRows:
+    """Resolve ``settings.data`` (default the checkpoint's validation split) and pack it as the
+    settings say (each unset packing setting as the checkpoint was trained)."""
+    from harness.data import get_packed
+    from harness.data.datasets import resolve_dataset
+
+    d = cfg.data
+    L = settings.seq_len or model.seq_len
+    if L > model.seq_len:
+        raise DataError(
+            f"--seq-len {L} is longer than the model's sequence length {model.seq_len}",
+            fix=f"use --seq-len <= {model.seq_len}",
+        )
+    dataset = resolve_dataset(settings.data or f"{d.corpus}:{d.valid_split}", default_split=d.valid_split)
+    eos = settings.eos_between_docs
+    if eos is None:
+        eos = dataset.eos_between_docs if dataset.eos_between_docs is not None else d.eos_between_docs
+    packing = dict(
+        wrap=d.wrap if settings.wrap is None else settings.wrap,
+        eos_between_docs=eos,
+        remainder=settings.remainder or d.remainder,
+    )
+    packed = get_packed(dataset.corpus, dataset.split, tokenizer=tokenizer, seq_len=L, **packing)
+    ids, mask = packed.input_ids, packed.attention_mask
+    if settings.max_rows is not None:
+        ids, mask = ids[: settings.max_rows], mask[: settings.max_rows]
+    return TextRows(dataset, ids, mask, packing, packed.protocol, L)
+
+
+def run_text_ppl(model, tokenizer, cfg, settings: PPLSettings, info) -> tuple[dict, dict, dict | None]:
+    """Perplexity of ``model`` on text: (metrics, protocol, references block or None)."""
+    from harness.evaluation.references import text_references
+
+    rows = text_rows(model, tokenizer, cfg, settings)
+    metrics, shared, kinds = score_rows(model, rows.ids, rows.mask, settings, info)
+    protocol = {
+        "dataset": rows.dataset.name,
+        "data": settings.data or f"{cfg.data.corpus}:{cfg.data.valid_split}",
+        "split": rows.dataset.split,
+        "detokenizer": rows.dataset.detokenizer,
+        "packing": rows.packed_protocol,
+        "rows_scored": int(rows.ids.shape[0]),
+        "max_rows": settings.max_rows,
+        "tokenizer": tokenizer.spec,
+        "seq_len": rows.seq_len,
+        "token_convention": model.token_convention,
+        **shared,
+        "estimators": kinds,
+    }
+    if not settings.references:
+        return metrics, protocol, None
+    scored = model.scored_positions(rows.ids, rows.mask, _first_given(rows.mask) if settings.ignore_bos else None)
+    refs = text_references(
+        rows.dataset,
+        cfg,
+        tokenizer,
+        rows.ids,
+        rows.mask,
+        scored,
+        seq_len=rows.seq_len,
+        packing=rows.packing,
+        tokens_scored=shared["tokens_scored"],
+    )
+    return metrics, protocol, refs
+
+
+def ppl_settings(settings: PPLSettings | None = None, **changes) -> PPLSettings:
+    """``settings`` (default :class:`PPLSettings`) with ``changes`` by field name; an unknown name is
+    an error naming the fields."""
+    return changed(settings or PPLSettings(), changes, "perplexity")
+
+
+def run_ppl(checkpoint, settings: PPLSettings | None = None, **changes) -> dict:
     """Evaluate a checkpoint's perplexity (or bound) on a dataset and return a result record.
 
-    ``ignore_bos``: the first position of every row is context, never masked or scored (BD3-LMs).
-    ``references``: also score the unigram and bigram references (:mod:`harness.metrics.references`)
-    on the same tokens, into the record's ``references`` (text data only)."""
-    import time as _time
-    from pathlib import Path
-
-    from harness.data import get_packed
-    from harness.errors import DataError
+    ``settings``: a :class:`PPLSettings` (default: ``eval ppl``'s defaults), with ``changes`` by field
+    name on top (``run_ppl(ckpt, max_rows=8, estimator="both")``)."""
     from harness.evaluation import load_for_evaluation
-    from harness.evaluation.references import text_references, warn_if_not_learned
+    from harness.evaluation.references import warn_if_not_learned
     from harness.records import make_record, model_block
 
-    t0 = _time.time()
-    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
-    d = cfg.data
-    image_spec = _image_spec(data, cfg)
-    refs = None
+    s = ppl_settings(settings, **changes)
+    t0 = time.time()
+    info, model, tokenizer, cfg = load_for_evaluation(checkpoint, s.device, carry_over=s.carry_over, ema=s.ema)
+    image_spec = _image_spec(s.data, cfg)
     if image_spec is not None:
-        if ignore_bos:
-            raise DataError(
-                "--ignore-bos applies to text rows ([BOS] chunk [EOS]); image rows have no BOS",
-                fix="drop --ignore-bos for image data",
-            )
-        metrics, protocol = run_image_bpd(
-            model,
-            tokenizer,
-            cfg,
-            image_spec,
-            estimator=estimator,
-            time_sampler=time_sampler,
-            mc_samples=mc_samples,
-            batch_size=batch_size,
-            seed=seed,
-            max_rows=max_rows,
-            info=info,
-        )
+        (metrics, protocol), refs = run_image_bpd(model, tokenizer, image_spec, s, info), None
     else:
-        spec = data or f"{d.corpus}:{d.valid_split}"
-        L = seq_len or model.seq_len
-        if L > model.seq_len:
-            raise DataError(
-                f"--seq-len {L} is longer than the model's sequence length {model.seq_len}",
-                fix=f"use --seq-len <= {model.seq_len}",
-            )
-        from harness.data.datasets import resolve_dataset
-
-        dataset = resolve_dataset(spec, default_split=d.valid_split)
-        packing = dict(
-            wrap=d.wrap if wrap is None else wrap,
-            eos_between_docs=(dataset.eos_between_docs if dataset.eos_between_docs is not None else d.eos_between_docs)
-            if eos_between_docs is None
-            else eos_between_docs,
-            remainder=remainder or d.remainder,
-        )
-        packed = get_packed(dataset.corpus, dataset.split, tokenizer=tokenizer, seq_len=L, **packing)
-        ids, mask = packed.input_ids, packed.attention_mask
-        if max_rows is not None:
-            ids, mask = ids[:max_rows], mask[:max_rows]
-        metrics, shared, kinds = score_rows(
-            model,
-            ids,
-            mask,
-            estimator=estimator,
-            time_sampler=time_sampler,
-            batch_size=batch_size,
-            mc_samples=mc_samples,
-            seed=seed,
-            info=info,
-            units=("nats/token", "perplexity"),
-            exp_name="ppl",
-            ignore_bos=ignore_bos,
-        )
-        protocol = {
-            "dataset": dataset.name,
-            "data": spec,
-            "split": dataset.split,
-            "detokenizer": dataset.detokenizer,
-            "packing": packed.protocol,
-            "rows_scored": int(ids.shape[0]),
-            "max_rows": max_rows,
-            "tokenizer": tokenizer.spec,
-            "seq_len": L,
-            "token_convention": model.token_convention,
-            **shared,
-            "estimators": kinds,
-        }
-        if references:
-            scored = model.scored_positions(ids, mask, _first_given(mask) if ignore_bos else None)
-            refs = text_references(
-                dataset,
-                cfg,
-                tokenizer,
-                ids,
-                mask,
-                scored,
-                seq_len=L,
-                packing=packing,
-                tokens_scored=shared["tokens_scored"],
-            )
-    protocol.update(model.protocol(), weights="EMA" if ema else "raw")
+        metrics, protocol, refs = run_text_ppl(model, tokenizer, cfg, s, info)
+    protocol.update(model.protocol(), weights="EMA" if s.ema else "raw")
     record = make_record(
         "ppl",
         model=model_block(Path(checkpoint), cfg),
         metrics=metrics,
         protocol=protocol,
-        seed=seed,
+        seed=s.seed,
         device=str(model.device),
-        wall_s=_time.time() - t0,
+        wall_s=time.time() - t0,
         extra=None if refs is None else {"references": refs},
     )
     warn_if_not_learned(record)

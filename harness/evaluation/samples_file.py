@@ -22,6 +22,37 @@ from harness.errors import InputError
 FIX = 'write one JSON object per line with "tokens" (ids in the checkpoint\'s tokenizer) or "text"'
 
 
+def _ids_of(row: dict, where: str, tokenizer) -> tuple[list[int], str]:
+    """One sample's ids and the form it was given in (``tokens`` or ``text``)."""
+    if row.get("tokenizer") is not None and row["tokenizer"] != tokenizer.spec:
+        raise InputError(
+            f"{where} was tokenized with {row['tokenizer']!r}, the checkpoint uses {tokenizer.spec!r}",
+            fix='give the samples as "text", or score them with a checkpoint of that tokenizer',
+        )
+    ids = row.get("tokens")
+    if ids is not None:
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise InputError(f'{where}: "tokens" must be a list of integer ids', fix=FIX)
+        bad = [t for t in ids if not 0 <= t < tokenizer.vocab_size]
+        if bad:
+            raise InputError(
+                f"{where}: id {bad[0]} is outside the tokenizer {tokenizer.spec!r} (0..{tokenizer.vocab_size - 1})",
+                fix='give the samples as "text", or score them with a checkpoint of their tokenizer',
+            )
+        return ids, "tokens"
+    if not isinstance(row.get("text"), str):
+        raise InputError(f'{where} has neither "tokens" nor "text"', fix=FIX)
+    try:
+        row["text"].encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") that JSON lets through
+        raise InputError(
+            f'{where}: "text" holds {row["text"][exc.start]!r} at character {exc.start}, which is not a '
+            "character (a lone UTF-16 surrogate) and cannot be encoded",
+            fix="write the text as real UTF-8 (surrogates come in pairs)",
+        ) from None
+    return tokenizer.encode(row["text"]), "text"
+
+
 def read_samples_file(path, tokenizer) -> tuple[list[list[int]], dict]:
     """``(ids per sample, provenance)``; ``provenance`` names the file, its sha256 and the line form."""
     path = Path(path)
@@ -43,38 +74,11 @@ def read_samples_file(path, tokenizer) -> tuple[list[list[int]], dict]:
             raise InputError(f"{where} is not JSON ({exc.msg})", fix=FIX) from None
         if not isinstance(row, dict):
             raise InputError(f"{where} is a JSON {type(row).__name__}, not an object", fix=FIX)
-        if row.get("tokenizer") is not None and row["tokenizer"] != tokenizer.spec:
-            raise InputError(
-                f"{where} was tokenized with {row['tokenizer']!r}, the checkpoint uses {tokenizer.spec!r}",
-                fix='give the samples as "text", or score them with a checkpoint of that tokenizer',
-            )
-        ids = row.get("tokens")
-        if ids is not None:
-            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise InputError(f'{where}: "tokens" must be a list of integer ids', fix=FIX)
-            bad = [t for t in ids if not 0 <= t < tokenizer.vocab_size]
-            if bad:
-                raise InputError(
-                    f"{where}: id {bad[0]} is outside the tokenizer {tokenizer.spec!r} (0..{tokenizer.vocab_size - 1})",
-                    fix='give the samples as "text", or score them with a checkpoint of their tokenizer',
-                )
-            forms.add("tokens")
-        elif isinstance(row.get("text"), str):
-            try:
-                row["text"].encode("utf-8")
-            except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") that JSON lets through
-                raise InputError(
-                    f'{where}: "text" holds {row["text"][exc.start]!r} at character {exc.start}, which is not a '
-                    "character (a lone UTF-16 surrogate) and cannot be encoded",
-                    fix="write the text as real UTF-8 (surrogates come in pairs)",
-                ) from None
-            ids = tokenizer.encode(row["text"])
-            forms.add("text")
-        else:
-            raise InputError(f'{where} has neither "tokens" nor "text"', fix=FIX)
+        ids, form = _ids_of(row, where, tokenizer)
         if not ids:
             raise InputError(f"{where} is an empty sample", fix="drop empty samples from the file")
         samples.append(ids)
+        forms.add(form)
     if not samples:
         raise InputError(f"samples file {str(path)!r} has no samples", fix=FIX)
     provenance = {

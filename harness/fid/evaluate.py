@@ -12,6 +12,7 @@ published FID, and only under the paper protocol (:data:`PAPER_PROTOCOL`).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +70,39 @@ def image_layout(corpus: str):
     return get_image_dataset(_image_corpus(corpus))
 
 
-def sample_images(
-    model,
-    layout,
-    *,
-    samples: int,
-    batch_size: int,
-    sampler: str | None,
-    steps: int | None,
-    dtype: str,
-    method: str,
-    seed: int,
-    draw: str = "two-stage",
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Draw ``samples`` images (uint8 (N, ch, H, W)) and the sampler's protocol."""
+@dataclass(frozen=True)
+class FIDSettings:
+    """Every setting of an FID run (:func:`run_fid`, :func:`fid_record`), with ``eval fid``'s defaults.
+
+    ``reference``: ``DATASET:SPLIT`` (None: the checkpoint's dataset, train split); ``features``
+    (None: by the reference dataset) with ``inception_weights`` or the digit classifier's
+    ``classifier_seed``; the ``backend``; ``samples`` drawn and featurised in batches of
+    ``batch_size`` from ``seed`` with ``sampler``, ``steps``, ``dtype``, ``method`` and ``draw``;
+    ``paper_protocol``: the CIFAR-10 setting of :data:`PAPER_PROTOCOL`; ``device``; the ``ema``
+    weights and Prime's ``carry_over`` (None: as trained), both recorded.
+    """
+
+    reference: str | None = None
+    features: str | None = None
+    backend: str = "torch-fidelity"
+    samples: int = 1000
+    batch_size: int = 256
+    sampler: str | None = None
+    steps: int | None = None
+    dtype: str = "float64"
+    method: str = "gumbel"
+    draw: str = "two-stage"
+    seed: int = 0
+    inception_weights: str | Path | None = None
+    classifier_seed: int = 0
+    device: str = "cpu"
+    paper_protocol: bool = False
+    ema: bool = True
+    carry_over: bool | None = None
+
+
+def sample_images(model, layout, settings: FIDSettings) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Draw ``settings.samples`` images (uint8 (N, ch, H, W)) and the sampler's protocol."""
     from harness.data import to_images
     from harness.sampling import generate
 
@@ -94,70 +114,21 @@ def sample_images(
         )
     out = generate(
         model,
-        sampler,
-        num_samples=samples,
-        batch_size=batch_size,
-        steps=steps,
-        dtype=dtype,
-        method=method,
-        generator=seed,
-        draw=draw,
+        settings.sampler,
+        num_samples=settings.samples,
+        batch_size=settings.batch_size,
+        steps=settings.steps,
+        dtype=settings.dtype,
+        method=settings.method,
+        generator=settings.seed,
+        draw=settings.draw,
     )
     return to_images(out.tokens.cpu(), layout), dict(out.protocol)
 
 
-def fid_record(
-    model,
-    layout,
-    *,
-    reference: str,
-    features: str | None,
-    backend: str,
-    samples: int,
-    batch_size: int,
-    sampler: str | None = None,
-    steps: int | None = None,
-    dtype: str = "float64",
-    method: str = "gumbel",
-    seed: int = 0,
-    inception_weights: str | None = None,
-    classifier_seed: int = 0,
-    model_block: dict | None = None,
-    device: str = "cpu",
-    paper_protocol: bool = False,
-    draw: str = "two-stage",
-) -> dict[str, Any]:
-    """Sample from ``model`` (tokens in ``layout``), compute FID (and IS for Inception), return a record."""
-    from harness.fid.backends import fid_between
-    from harness.fid.features import default_features, get_feature_space
-    from harness.fid.reference import reference_images
-    from harness.records import Metric, make_record
+def _metrics(result, space) -> dict:
+    from harness.records import Metric
 
-    t0 = time.time()
-    features = features or default_features(reference)
-    space = get_feature_space(features, inception_weights=inception_weights, seed=classifier_seed)
-    ref_imgs, ref_ds = reference_images(reference)
-    if (ref_ds.height, ref_ds.width) != (layout.height, layout.width):
-        raise DataError(
-            f"reference {reference} has {ref_ds.height}x{ref_ds.width} images but the model draws "
-            f"{layout.height}x{layout.width}",
-            fix="use a reference of the model's image size",
-        )
-    images, sampler_protocol = sample_images(
-        model,
-        layout,
-        samples=samples,
-        batch_size=batch_size,
-        sampler=sampler,
-        steps=steps,
-        dtype=dtype,
-        method=method,
-        seed=seed,
-        draw=draw,
-    )
-    result = fid_between(
-        images, reference if backend == "frechet" else ref_imgs, space, backend=backend, batch_size=batch_size
-    )
     units = f"squared {space.name} feature units ({space.dim}-d)"
     metrics = {space.metric_name: Metric(result.fid, None, "estimate", units)}
     if result.inception_score is not None:
@@ -167,17 +138,21 @@ def fid_record(
             "estimate",
             f"exp(nats) over Inception classes, mean of 10 splits (std {result.inception_score_std:.4f})",
         )
-    sampler_protocol.pop("num_samples", None)
-    protocol = {
+    return metrics
+
+
+def _protocol(settings: FIDSettings, space, layout, reference_size: int, sampler_protocol: dict) -> dict:
+    sampler_protocol = {k: v for k, v in sampler_protocol.items() if k != "num_samples"}
+    return {
         "features": space.name,
         "feature_extractor": space.info,
         "feature_extractor_accuracy": (space.info.get("classifier") or {}).get("test_accuracy"),
-        "backend": backend,
-        "reference": reference,
-        "reference_size": len(ref_imgs),
-        "samples": samples,
-        "batch_size": batch_size,
-        "seed": seed,
+        "backend": settings.backend,
+        "reference": settings.reference,
+        "reference_size": reference_size,
+        "samples": settings.samples,
+        "batch_size": settings.batch_size,
+        "seed": settings.seed,
         "image_layout": {
             "dataset": layout.name,
             "height": layout.height,
@@ -186,54 +161,62 @@ def fid_record(
             "levels": layout.levels,
             "to_uint8": "round(v * 255 / (levels - 1))",
         },
-        "paper_protocol": dict(PAPER_PROTOCOL) if paper_protocol else None,
+        "paper_protocol": dict(PAPER_PROTOCOL) if settings.paper_protocol else None,
         "sampler": sampler_protocol,
     }
+
+
+def fid_record(model, layout, settings: FIDSettings, *, model_block: dict | None = None) -> dict[str, Any]:
+    """Sample from ``model`` (tokens in ``layout``), compute FID (and IS for Inception) against
+    ``settings.reference`` (which must be set), return a record."""
+    from harness.fid.backends import fid_between
+    from harness.fid.features import default_features, get_feature_space
+    from harness.fid.reference import reference_images
+    from harness.records import make_record
+
+    t0 = time.time()
+    features = settings.features or default_features(settings.reference)
+    space = get_feature_space(features, inception_weights=settings.inception_weights, seed=settings.classifier_seed)
+    ref_imgs, ref_ds = reference_images(settings.reference)
+    if (ref_ds.height, ref_ds.width) != (layout.height, layout.width):
+        raise DataError(
+            f"reference {settings.reference} has {ref_ds.height}x{ref_ds.width} images but the model draws "
+            f"{layout.height}x{layout.width}",
+            fix="use a reference of the model's image size",
+        )
+    images, sampler_protocol = sample_images(model, layout, settings)
+    against = settings.reference if settings.backend == "frechet" else ref_imgs
+    result = fid_between(images, against, space, backend=settings.backend, batch_size=settings.batch_size)
     return make_record(
         "fid",
         model=model_block or {"name": None, "family": None},
-        metrics=metrics,
-        protocol=protocol,
-        seed=seed,
-        device=device,
+        metrics=_metrics(result, space),
+        protocol=_protocol(settings, space, layout, len(ref_imgs), sampler_protocol),
+        seed=settings.seed,
+        device=settings.device,
         wall_s=time.time() - t0,
     )
 
 
-def run_fid(
-    checkpoint: Path,
-    *,
-    reference: str | None = None,
-    paper_protocol: bool = False,
-    device: str = "cpu",
-    ema: bool = True,
-    carry_over: bool | None = None,
-    **kwargs,
-) -> dict[str, Any]:
-    """Load an image checkpoint and return its FID record (other keywords as :func:`fid_record`).
+def run_fid(checkpoint: Path, settings: FIDSettings | None = None, **changes) -> dict[str, Any]:
+    """Load an image checkpoint and return its FID record.
 
-    ``reference`` None: the checkpoint's dataset, train split. ``paper_protocol``: the CIFAR-10
-    train split of ``reference`` with the samples, features and backend of :data:`PAPER_PROTOCOL`.
-    ``ema``: sample from the EMA weights (default) or the raw ones; ``carry_over``: override Prime's
-    carry-over (None: as trained). Both are recorded.
+    ``settings``: a :class:`FIDSettings` (default: ``eval fid``'s defaults), with ``changes`` by field
+    name on top. ``reference`` None: the checkpoint's dataset, train split. ``paper_protocol``: the
+    CIFAR-10 train split of ``reference`` with the samples, features and backend of
+    :data:`PAPER_PROTOCOL`.
     """
     from harness.evaluation import load_for_evaluation
     from harness.records import model_block
+    from harness.settings import changed
 
-    if paper_protocol:
-        reference = paper_reference(reference)
-        kwargs.update({k: PAPER_PROTOCOL[k] for k in ("samples", "features", "backend")})
-    _, model, _, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
+    s = changed(settings or FIDSettings(), changes, "FID")
+    if s.paper_protocol:
+        paper = {k: PAPER_PROTOCOL[k] for k in ("samples", "features", "backend")}
+        s = replace(s, reference=paper_reference(s.reference), **paper)
+    _, model, _, cfg = load_for_evaluation(checkpoint, s.device, carry_over=s.carry_over, ema=s.ema)
     layout = image_layout(cfg.data.corpus)
-    reference = reference or default_reference(cfg.data.corpus)
-    record = fid_record(
-        model,
-        layout,
-        reference=reference,
-        model_block=model_block(Path(checkpoint), cfg),
-        device=device,
-        paper_protocol=paper_protocol,
-        **kwargs,
-    )
-    record["protocol"]["weights"] = "EMA" if ema else "raw"
+    s = replace(s, reference=s.reference or default_reference(cfg.data.corpus))
+    record = fid_record(model, layout, s, model_block=model_block(Path(checkpoint), cfg))
+    record["protocol"]["weights"] = "EMA" if s.ema else "raw"
     return record

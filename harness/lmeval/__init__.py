@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,120 +69,136 @@ def metrics_from_results(results: dict[str, Any], *, kind: str, output_types: di
     return out
 
 
-def run_zeroshot(
-    checkpoint,
-    *,
-    tasks: str | list[str] = ("wiki_rolling", "wiki_lastword"),
-    mc_samples: int = 32,
-    batch_size: int = 16,
-    max_rows: int | None = None,
-    seed: int = 0,
-    time_sampler: str | None = None,
-    sampler: str | None = None,
-    steps: int | None = None,
-    bootstrap_iters: int = 0,
-    device: str = "cpu",
-    carry_over: bool | None = None,
-    ema: bool = True,
-    draw: str = "two-stage",
-    limit: int | None = None,
-) -> dict:
-    """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record.
+@dataclass(frozen=True)
+class ZeroShotSettings:
+    """Every setting of a zero-shot run (:func:`run_zeroshot`), with the defaults of ``eval zeroshot``.
 
-    ``max_rows``: the first documents of each task (lm-eval's ``limit``; None: all); ``limit`` is its
-    old spelling, accepted with a deprecation warning for one release.
-    ``carry_over`` overrides Prime's carry-over (None: as trained) and ``ema`` picks the EMA or raw
-    weights; both are recorded. Every row starts with the tokenizer's BOS, given as context and never
-    scored (what ``eval ppl --ignore-bos`` does for a whole row)."""
-    from importlib import metadata
+    ``tasks`` (comma-separated or a list); ``mc_samples`` per request, ``time_sampler`` (None: the
+    family's) and rows in batches of ``batch_size`` from ``seed``; ``max_rows``: the first documents
+    of each task (lm-eval's ``limit``; None: all); ``sampler``, ``steps`` and ``draw`` for generation
+    tasks; lm-eval's ``bootstrap_iters``; ``device``; Prime's ``carry_over`` (None: as trained) and
+    the ``ema`` weights, both recorded.
+    """
 
-    import lm_eval
+    tasks: str | tuple[str, ...] | list[str] = ("wiki_rolling", "wiki_lastword")
+    mc_samples: int = 32
+    batch_size: int = 16
+    max_rows: int | None = None
+    seed: int = 0
+    time_sampler: str | None = None
+    sampler: str | None = None
+    steps: int | None = None
+    bootstrap_iters: int = 0
+    device: str = "cpu"
+    carry_over: bool | None = None
+    ema: bool = True
+    draw: str = "two-stage"
 
+
+def _settings(settings: ZeroShotSettings | None, changes: dict[str, Any]) -> ZeroShotSettings:
     from harness.errors import PrimebenchError
-    from harness.evaluation import load_for_evaluation
-    from harness.lmeval.adapter import PrimebenchLM
-    from harness.lmeval.tasks import load_tasks, parse_tasks
-    from harness.records import make_record, model_block
+    from harness.settings import changed
 
+    limit = changes.pop("limit", None)
     if limit is not None:
         import warnings
 
-        warnings.warn("run_zeroshot(limit=) is deprecated; use max_rows=", DeprecationWarning, stacklevel=2)
-        max_rows = limit if max_rows is None else max_rows
-    if max_rows is not None and max_rows < 1:
+        warnings.warn("run_zeroshot(limit=) is deprecated; use max_rows=", DeprecationWarning, stacklevel=3)
+        if changes.get("max_rows") is None:
+            changes["max_rows"] = limit
+    s = changed(settings or ZeroShotSettings(), changes, "zero-shot")
+    if s.max_rows is not None and s.max_rows < 1:
         raise PrimebenchError(
-            f"--max-rows must be a positive number of documents, got {max_rows}", fix="e.g. --max-rows 50"
+            f"--max-rows must be a positive number of documents, got {s.max_rows}", fix="e.g. --max-rows 50"
         )
-    t0 = time.time()
-    names = parse_tasks(tasks)
-    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, device, carry_over=carry_over, ema=ema)
-    lm = PrimebenchLM(
-        model,
-        tokenizer,
-        mc_samples=mc_samples,
-        batch_size=batch_size,
-        seed=seed,
-        time_sampler=time_sampler,
-        sampler=sampler,
-        steps=steps,
-        draw=draw,
-    )
-    loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
+    return s
+
+
+def _output_types(loaded: dict) -> dict[str, str]:
+    """Every task's lm-eval output type (groups expanded into their tasks)."""
     output_types = {}
     for spec in loaded["specs"]:
         for task in spec.get_all_tasks() if hasattr(spec, "get_all_tasks") else [spec]:
             output_types[task.task_name] = task.get_config("output_type")
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=loaded["specs"],
-        task_manager=loaded["manager"],
-        limit=max_rows,
-        bootstrap_iters=bootstrap_iters,
-        log_samples=False,
-        random_seed=seed,
-        numpy_random_seed=seed,
-        torch_random_seed=seed,
-        fewshot_random_seed=seed,
-    )
-    metrics = metrics_from_results(results, kind=lm.kind, output_types=output_types)
+    return output_types
+
+
+def _protocol(s: ZeroShotSettings, names, results: dict, local: dict, output_types: dict, model, tokenizer, lm):
+    from importlib import metadata
+
     protocol = {
         "tasks": names,
-        "max_rows": max_rows,
+        "max_rows": s.max_rows,
         "documents": {t: n.get("effective") for t, n in results.get("n-samples", {}).items()},
         "task_data": {n: t.protocol() for n, t in local.items()},
         "task_versions": results.get("versions", {}),
         "output_types": output_types,
         "lm_eval_version": metadata.version("lm_eval"),
-        "bootstrap_iters": bootstrap_iters,
+        "bootstrap_iters": s.bootstrap_iters,
         "seq_len": model.seq_len,
         "tokenizer": tokenizer.spec,
-        "batch_size": batch_size,
+        "batch_size": s.batch_size,
         "estimator": lm.describe(),
-        "mc_samples": mc_samples if model.uses_time_sampler else None,
+        "mc_samples": s.mc_samples if model.uses_time_sampler else None,
         "adapter": lm.stats.to_dict(),
         "rolling": lm.rolling_description(),
         "truncation": "context cut from the left (BOS kept); a continuation that cannot fit is an error",
         "bos": "every row starts with the tokenizer's BOS, given as context, never masked or scored",
-        "weights": "EMA" if ema else "raw",
+        "weights": "EMA" if s.ema else "raw",
         **model.protocol(),
     }
     if lm.stats.requests["generate_until"]:
         protocol["generation"] = {
-            "sampler": sampler or "family default",
-            "steps": steps or "max_gen_toks",
+            "sampler": s.sampler or "family default",
+            "steps": s.steps or "max_gen_toks",
             "temperature": lm.temperature,
             "dtype": lm.dtype,
             "draw": lm.draw,
         }
+    return protocol
+
+
+def run_zeroshot(checkpoint, settings: ZeroShotSettings | None = None, **changes) -> dict:
+    """Evaluate a checkpoint on lm-eval tasks and return a ``zeroshot`` result record.
+
+    ``settings``: a :class:`ZeroShotSettings` (default: ``eval zeroshot``'s defaults), with
+    ``changes`` by field name on top; ``limit`` is the old spelling of ``max_rows``, accepted with a
+    deprecation warning for one release. Every row starts with the tokenizer's BOS, given as context
+    and never scored (what ``eval ppl --ignore-bos`` does for a whole row)."""
+    import lm_eval  # the optional zero-shot dependency, loaded only by this evaluation
+
+    from harness.evaluation import load_for_evaluation
+    from harness.lmeval.adapter import PrimebenchLM
+    from harness.lmeval.tasks import load_tasks, parse_tasks
+    from harness.records import make_record, model_block
+
+    s = _settings(settings, changes)
+    t0 = time.time()
+    names = parse_tasks(s.tasks)
+    _, model, tokenizer, cfg = load_for_evaluation(checkpoint, s.device, carry_over=s.carry_over, ema=s.ema)
+    knobs = dict(mc_samples=s.mc_samples, batch_size=s.batch_size, seed=s.seed, time_sampler=s.time_sampler)
+    lm = PrimebenchLM(model, tokenizer, **knobs, sampler=s.sampler, steps=s.steps, draw=s.draw)
+    loaded, local = load_tasks(names)  # after the checkpoint: a bad checkpoint fails before any download
+    output_types = _output_types(loaded)
+    seeds = dict(random_seed=s.seed, numpy_random_seed=s.seed, torch_random_seed=s.seed, fewshot_random_seed=s.seed)
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=loaded["specs"],
+        task_manager=loaded["manager"],
+        limit=s.max_rows,
+        bootstrap_iters=s.bootstrap_iters,
+        log_samples=False,
+        **seeds,
+    )
     return make_record(
         "zeroshot",
         model=model_block(Path(checkpoint), cfg),
-        metrics=metrics,
-        protocol=protocol,
-        seed=seed,
-        device=device,
+        metrics=metrics_from_results(results, kind=lm.kind, output_types=output_types),
+        protocol=_protocol(s, names, results, local, output_types, model, tokenizer, lm),
+        seed=s.seed,
+        device=s.device,
         wall_s=time.time() - t0,
     )
 
 
-__all__ = ["BOUND_METRICS", "metrics_from_results", "run_zeroshot"]
+__all__ = ["BOUND_METRICS", "ZeroShotSettings", "metrics_from_results", "run_zeroshot"]

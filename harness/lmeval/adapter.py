@@ -41,7 +41,6 @@ from harness.lmeval.requests import (
     AdapterStats,
     Item,
     Score,
-    canvas_view,
     cut_at_stops,
     describe_request,
     seed_of,
@@ -293,8 +292,9 @@ class PrimebenchLM(LM):
         steps = (self.steps or G) if SAMPLERS.get(name).uses_steps else None
         seed = seed_of(self.seed, tuple(prefix[0].tolist()), G, "generate")
         out = generate(
-            canvas_view(self.model, P + G),
+            self.model,
             name,
+            seq_len=P + G,  # a canvas of exactly context + max_gen_toks positions
             num_samples=1,
             batch_size=1,
             steps=steps,
@@ -312,4 +312,4 @@ class PrimebenchLM(LM):
         return cut_at_stops(self.tokenizer.decode(new), until)
 
 
-__all__ = ["AdapterStats", "Item", "PrimebenchLM", "Score", "canvas_view", "cut_at_stops", "split_context"]
+__all__ = ["AdapterStats", "Item", "PrimebenchLM", "Score", "cut_at_stops", "split_context"]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-
-from harness.errors import InputError
 
 DEFAULT_MAX_GEN_TOKS = 32
 REQUEST_TYPES = ("loglikelihood", "loglikelihood_rolling", "generate_until")
@@ -68,19 +65,6 @@ def seed_of(seed: int, tokens: tuple[int, ...], n_cont: int, salt: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def canvas_view(model, length: int):
-    """A shallow copy of ``model`` whose ``seq_len`` is ``length`` (<= the model's), sharing weights.
-
-    The samplers draw rows of ``model.seq_len`` positions; this is how a generation request gets a
-    canvas of exactly context + max_gen_toks positions without touching the samplers.
-    """
-    if not 1 <= length <= model.seq_len:
-        raise InputError(f"canvas length {length} must lie in [1, {model.seq_len}]")
-    view = copy.copy(model)
-    view.seq_len = int(length)
-    return view
-
-
 def cut_at_stops(text: str, until: list[str]) -> str:
     """``text`` up to (not including) the earliest occurrence of any stop string."""
     cut = len(text)
@@ -104,7 +88,6 @@ __all__ = [
     "Item",
     "REQUEST_TYPES",
     "Score",
-    "canvas_view",
     "cut_at_stops",
     "describe_request",
     "seed_of",

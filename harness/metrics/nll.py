@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -67,6 +68,17 @@ class NLLAccumulator(Accumulator):
     def per_sequence_se(self) -> bool:
         """Whether every batch came with per-sequence standard errors (K > 1 samples)."""
         return bool(self.missing_se == 0)
+
+    def all_reduce(self) -> None:
+        """The base's reduction of the states, and ``kind`` and ``num_samples`` from a rank that
+        scored a batch (a rank that scored none has neither)."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            described: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(described, (self.kind, self.num_samples))
+            self.kind, self.num_samples = next((d for d in described if d[0] is not None), described[0])
+        super().all_reduce()
 
     def update(self, result) -> None:
         if self.kind is not None and result.kind != self.kind:

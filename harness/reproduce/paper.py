@@ -208,6 +208,212 @@ def _train_or_load(name: str, family: str, checkpoint: str | None, out: str, ext
     ], f"{out}/{name}"
 
 
+#: the owt and zeroshot presets' models: (family, training overrides, evaluation options); BD3-LM's
+#: code keeps each row's first token visible and unscored (algo.ignore_bos), so its rows are scored that way
+TEXT_MODELS = {
+    "arm": ("arm", {}, ()),
+    "bd3lm": ("bd3lm", {}, ("--ignore-bos",)),
+    "mdlm": ("mdlm", {}, ()),
+    "prime2": ("prime", {"model.ell": 2}, ()),
+    "prime4": ("prime", {"model.ell": 4}, ()),
+}
+
+
+def _plan_text(
+    preset: str, checkpoints: dict[str, str], root: str, samples: int | None, steps: list[int] | None
+) -> list[Step]:
+    """``owt`` and ``zeroshot``: train (or load) the five models, then score each on OWT or the zero-shot sets."""
+    steps_out: list[Step] = []
+    fwd = forward_flops_per_token(OWT_MODEL)
+    L = OWT_MODEL["seq_len"]
+    checkpoints.setdefault("bd3lm", BD3LM_RELEASE)
+    for name, (family, extra, bos) in TEXT_MODELS.items():
+        train_steps, path = _train_or_load(name, family, checkpoints.pop(name, None), root, extra, OWT_MODEL, OWT_TRAIN)
+        steps_out += train_steps
+        if preset == "owt":
+            valid_tokens = 100_000 * 1_000  # ~1k GPT-2 tokens per OWT document
+            steps_out.append(
+                Step(
+                    f"eval ppl {name} on the OWT validation split (last 100k documents), both estimators",
+                    (
+                        "eval",
+                        "ppl",
+                        path,
+                        "--data",
+                        "openwebtext:validation",
+                        "--estimator",
+                        "both",
+                        "--batch-size",
+                        "16",
+                        *bos,
+                        "--out",
+                        f"{root}/records",
+                    ),
+                    flops=fwd * valid_tokens,
+                )
+            )
+        else:
+            for ds in ZEROSHOT_SETS:
+                steps_out.append(
+                    Step(
+                        f"eval ppl {name} on {ds} (wrapped to L = 1024, EOS between documents)",
+                        (
+                            "eval",
+                            "ppl",
+                            path,
+                            "--data",
+                            ds,
+                            "--seq-len",
+                            str(L),
+                            "--estimator",
+                            "both",
+                            *bos,
+                            "--out",
+                            f"{root}/records",
+                        ),
+                        flops=fwd * 5e6,
+                    )
+                )
+    return steps_out
+
+
+def _plan_genppl(
+    preset: str, checkpoints: dict[str, str], root: str, samples: int | None, steps: list[int] | None
+) -> list[Step]:
+    """``genppl``: MDLM-OWT's Gen PPL at T = 64, 256, 1024 (or ``steps``)."""
+    steps_out: list[Step] = []
+    fwd = forward_flops_per_token(OWT_MODEL)
+    L = OWT_MODEL["seq_len"]
+    src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
+    n = samples or 64
+    for T in steps or [64, 256, 1024]:  # DUO and Zheng et al. sample MDLM without nucleus filtering (p = 1)
+        steps_out.append(
+            Step(
+                f"eval genppl {src}: {n} samples of L = 1024, T = {T}, float64, no nucleus "
+                "filtering, GPT-2 Large judge",
+                (
+                    "eval",
+                    "genppl",
+                    src,
+                    "--judge",
+                    "hf:gpt2-large",
+                    "--dtype",
+                    "float64",
+                    "--steps",
+                    str(T),
+                    "--samples",
+                    str(n),
+                    "--draw",
+                    "joint",
+                    "--method",
+                    "mdlm-legacy",
+                    "--nucleus-p",
+                    "1.0",
+                    "--out",
+                    f"{root}/records",
+                ),
+                flops=n * (T * fwd * L + 2 * 774e6 * L),
+            )
+        )
+    return steps_out
+
+
+def _plan_precision(
+    preset: str, checkpoints: dict[str, str], root: str, samples: int | None, steps: list[int] | None
+) -> list[Step]:
+    """``precision``: the fp32/fp64 audit on MDLM-OWT, with the two-stage draw as control."""
+    steps_out: list[Step] = []
+    fwd = forward_flops_per_token(OWT_MODEL)
+    L = OWT_MODEL["seq_len"]
+    src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
+    sweep = steps or [100, 1000, 10000]
+    n = samples or 64
+    steps_out.append(
+        Step(
+            f"audit precision {src}: joint draw (mdlm-legacy), float32 vs float64, T = "
+            f"{', '.join(map(str, sweep))}, {n} samples of L = 1024, GPT-2 Large Gen PPL",
+            (
+                "audit",
+                "precision",
+                src,
+                "--steps",
+                ",".join(map(str, sweep)),
+                "--samples",
+                str(n),
+                "--draw",
+                "joint",
+                "--method",
+                "mdlm-legacy",
+                "--judge",
+                "hf:gpt2-large",
+                "--out",
+                f"{root}/records",
+            ),
+            flops=2 * n * L * fwd * min(sum(sweep), len(sweep) * L),
+        )
+    )
+    steps_out.append(
+        Step(
+            "control: the same sweep with the two-stage draw",
+            (
+                "audit",
+                "precision",
+                src,
+                "--steps",
+                ",".join(map(str, sweep)),
+                "--samples",
+                str(n),
+                "--draw",
+                "two-stage",
+                "--no-controls",
+                "--out",
+                f"{root}/records",
+            ),
+            flops=2 * n * L * fwd * len(sweep) * L,
+        )
+    )
+    return steps_out
+
+
+def _plan_fid(
+    preset: str, checkpoints: dict[str, str], root: str, samples: int | None, steps: list[int] | None
+) -> list[Step]:
+    """``cifar10-fid``: train (or load) CIFAR-10 MDM-Prime, then FID under the paper protocol."""
+    steps_out: list[Step] = []
+    fwd_img = forward_flops_per_token(CIFAR_MODEL)
+    src = checkpoints.pop("model", None)
+    if src is None:
+        steps_out.append(
+            Step(
+                "train paper/cifar10-prime: MDM-Prime ell = 2 (b = 16), 12 x 768, L = 3072, 200,000 steps x 128 images",
+                ("train", "paper/cifar10-prime", "--out", f"{root}/model"),
+                flops=train_flops(CIFAR_MODEL, 200_000, 128),
+            )
+        )
+        src = f"{root}/model"
+    steps_out.append(
+        Step(
+            "eval fid: 50,000 samples, Inception features, CIFAR-10 train reference",
+            (
+                "eval",
+                "fid",
+                src,
+                "--paper-protocol",
+                "--reference",
+                "cifar10:cifar-10-batches-py",
+                "--out",
+                f"{root}/records",
+            ),
+            flops=50_000 * 512 * fwd_img * 3072,
+        )
+    )
+    return steps_out
+
+
+_PLANS = {"owt": _plan_text, "zeroshot": _plan_text, "genppl": _plan_genppl, "precision": _plan_precision}
+_PLANS["cifar10-fid"] = _plan_fid
+
+
 def plan(
     preset: str,
     *,
@@ -230,178 +436,7 @@ def plan(
         )
     checkpoints = dict(checkpoints or {})
     root = f"{out}/paper-{preset}"
-    steps_out: list[Step] = []
-    fwd = forward_flops_per_token(OWT_MODEL)
-    L = OWT_MODEL["seq_len"]
-    if preset in ("owt", "zeroshot"):
-        # (family, training overrides, evaluation options); BD3-LM's code keeps each row's first token
-        # visible and unscored (algo.ignore_bos), so its rows are scored that way
-        models = {
-            "arm": ("arm", {}, ()),
-            "bd3lm": ("bd3lm", {}, ("--ignore-bos",)),
-            "mdlm": ("mdlm", {}, ()),
-            "prime2": ("prime", {"model.ell": 2}, ()),
-            "prime4": ("prime", {"model.ell": 4}, ()),
-        }
-        checkpoints.setdefault("bd3lm", BD3LM_RELEASE)
-        for name, (family, extra, bos) in models.items():
-            train_steps, path = _train_or_load(
-                name, family, checkpoints.pop(name, None), root, extra, OWT_MODEL, OWT_TRAIN
-            )
-            steps_out += train_steps
-            if preset == "owt":
-                valid_tokens = 100_000 * 1_000  # ~1k GPT-2 tokens per OWT document
-                steps_out.append(
-                    Step(
-                        f"eval ppl {name} on the OWT validation split (last 100k documents), both estimators",
-                        (
-                            "eval",
-                            "ppl",
-                            path,
-                            "--data",
-                            "openwebtext:validation",
-                            "--estimator",
-                            "both",
-                            "--batch-size",
-                            "16",
-                            *bos,
-                            "--out",
-                            f"{root}/records",
-                        ),
-                        flops=fwd * valid_tokens,
-                    )
-                )
-            else:
-                for ds in ZEROSHOT_SETS:
-                    steps_out.append(
-                        Step(
-                            f"eval ppl {name} on {ds} (wrapped to L = 1024, EOS between documents)",
-                            (
-                                "eval",
-                                "ppl",
-                                path,
-                                "--data",
-                                ds,
-                                "--seq-len",
-                                str(L),
-                                "--estimator",
-                                "both",
-                                *bos,
-                                "--out",
-                                f"{root}/records",
-                            ),
-                            flops=fwd * 5e6,
-                        )
-                    )
-    elif preset == "genppl":
-        src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
-        n = samples or 64
-        for T in steps or [64, 256, 1024]:  # DUO and Zheng et al. sample MDLM without nucleus filtering (p = 1)
-            steps_out.append(
-                Step(
-                    f"eval genppl {src}: {n} samples of L = 1024, T = {T}, float64, no nucleus "
-                    "filtering, GPT-2 Large judge",
-                    (
-                        "eval",
-                        "genppl",
-                        src,
-                        "--judge",
-                        "hf:gpt2-large",
-                        "--dtype",
-                        "float64",
-                        "--steps",
-                        str(T),
-                        "--samples",
-                        str(n),
-                        "--draw",
-                        "joint",
-                        "--method",
-                        "mdlm-legacy",
-                        "--nucleus",
-                        "1.0",
-                        "--out",
-                        f"{root}/records",
-                    ),
-                    flops=n * (T * fwd * L + 2 * 774e6 * L),
-                )
-            )
-    elif preset == "precision":
-        src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
-        sweep = steps or [100, 1000, 10000]
-        n = samples or 64
-        steps_out.append(
-            Step(
-                f"audit precision {src}: joint draw (mdlm-legacy), float32 vs float64, T = "
-                f"{', '.join(map(str, sweep))}, {n} samples of L = 1024, GPT-2 Large Gen PPL",
-                (
-                    "audit",
-                    "precision",
-                    src,
-                    "--steps",
-                    ",".join(map(str, sweep)),
-                    "--samples",
-                    str(n),
-                    "--draw",
-                    "joint",
-                    "--method",
-                    "mdlm-legacy",
-                    "--judge",
-                    "hf:gpt2-large",
-                    "--out",
-                    f"{root}/records",
-                ),
-                flops=2 * n * L * fwd * min(sum(sweep), len(sweep) * L),
-            )
-        )
-        steps_out.append(
-            Step(
-                "control: the same sweep with the two-stage draw",
-                (
-                    "audit",
-                    "precision",
-                    src,
-                    "--steps",
-                    ",".join(map(str, sweep)),
-                    "--samples",
-                    str(n),
-                    "--draw",
-                    "two-stage",
-                    "--no-controls",
-                    "--out",
-                    f"{root}/records",
-                ),
-                flops=2 * n * L * fwd * len(sweep) * L,
-            )
-        )
-    elif preset == "cifar10-fid":
-        fwd_img = forward_flops_per_token(CIFAR_MODEL)
-        src = checkpoints.pop("model", None)
-        if src is None:
-            steps_out.append(
-                Step(
-                    "train paper/cifar10-prime: MDM-Prime ell = 2 (b = 16), 12 x 768, L = 3072, "
-                    "200,000 steps x 128 images",
-                    ("train", "paper/cifar10-prime", "--out", f"{root}/model"),
-                    flops=train_flops(CIFAR_MODEL, 200_000, 128),
-                )
-            )
-            src = f"{root}/model"
-        steps_out.append(
-            Step(
-                "eval fid: 50,000 samples, Inception features, CIFAR-10 train reference",
-                (
-                    "eval",
-                    "fid",
-                    src,
-                    "--paper-protocol",
-                    "--reference",
-                    "cifar10:cifar-10-batches-py",
-                    "--out",
-                    f"{root}/records",
-                ),
-                flops=50_000 * 512 * fwd_img * 3072,
-            )
-        )
+    steps_out = _PLANS[preset](preset, checkpoints, root, samples, steps)
     if checkpoints:
         raise PrimebenchError(
             f"preset {preset!r} takes no checkpoint for {', '.join(sorted(checkpoints))}",

@@ -101,13 +101,7 @@ def run_quickstart(
     ``samples``: Gen-PPL samples per model and dtype (FID draws 50 times as many, at most
     ``FID["samples"]``; the precision audit as many as Gen PPL).
     """
-    from harness.audit.bound import toy_audit
-    from harness.audit.gumbel_audit import gumbel_audit
-    from harness.audit.idle_measure import idle_audit
-    from harness.audit.precision import audit_checkpoint
     from harness.config import load_config
-    from harness.evaluation.ppl import run_ppl
-    from harness.fid.evaluate import run_fid
     from harness.judges import check_judge_spec
     from harness.logging import console, progress
     from harness.reproduce.report import write_report
@@ -132,22 +126,7 @@ def run_quickstart(
         for name, cfg in cfgs.items():
             stages.train(name, cfg)
 
-        def checkpoint(name: str) -> dict[str, Any]:
-            return checkpoint_config(name, cfgs[name])
-
-        images = []
-        for name in IMAGE_MODELS:
-            images.append(
-                stages.record(
-                    f"bpd-{name}",
-                    dict(checkpoint(name), **BPD, max_rows=max_rows),
-                    lambda: run_ppl(out / name, **BPD, max_rows=max_rows),
-                )
-            )
-            fid_kw = dict(FID, samples=min(FID["samples"], samples * 50))
-            images.append(
-                stages.record(f"fid-{name}", dict(checkpoint(name), **fid_kw), lambda: run_fid(out / name, **fid_kw))
-            )
+        images = _image_stages(stages, cfgs, out, samples=samples, max_rows=max_rows)
         ppl, genppl, zs = text_stages(
             stages,
             cfgs,
@@ -158,45 +137,68 @@ def run_quickstart(
             zeroshot=zeroshot,
             judge=judge,
         )
-        idle_paper = stages.record("idle-paper", IDLE_PAPER, lambda: idle_audit(**IDLE_PAPER).to_record())
-        idle_here_kw = dict(
-            length=cfgs["arm"].data.seq_len,
-            steps=cfgs["arm"].data.seq_len,
-            ells=[1, 2, 4],
-            runs=3,
-            batch=gen["batch_size"],
+        audits = _audit_stages(stages, cfgs, out, precision=precision, batch=gen["batch_size"], log=log)
+    result = QuickstartRecords(records=out / "records", ppl=ppl, genppl=genppl, zeroshot=zs, images=images, **audits)
+    write_report(result)
+    return result
+
+
+def _image_stages(stages, cfgs, out: Path, *, samples: int, max_rows: int | None) -> list[dict[str, Any]]:
+    """Bits per dimension and FID of each image model (FID draws 50 times the Gen PPL samples, at
+    most ``FID["samples"]``)."""
+    from harness.evaluation.ppl import run_ppl
+    from harness.fid.evaluate import run_fid
+
+    images = []
+    for name in IMAGE_MODELS:
+        images.append(
+            stages.record(
+                f"bpd-{name}",
+                dict(checkpoint_config(name, cfgs[name]), **BPD, max_rows=max_rows),
+                lambda: run_ppl(out / name, **BPD, max_rows=max_rows),
+            )
         )
-        idle_here = stages.record("idle-quickstart", idle_here_kw, lambda: idle_audit(**idle_here_kw).to_record())
-        bound_kw = dict(BOUND)
-        bound = stages.record(
+        fid_kw = dict(FID, samples=min(FID["samples"], samples * 50))
+        images.append(
+            stages.record(
+                f"fid-{name}",
+                dict(checkpoint_config(name, cfgs[name]), **fid_kw),
+                lambda: run_fid(out / name, **fid_kw),
+            )
+        )
+    return images
+
+
+def _audit_stages(stages, cfgs, out: Path, *, precision: dict, batch: int, log) -> dict[str, dict[str, Any]]:
+    """The idle-step (paper shapes and ours), toy bound, precision and Gumbel audits' records, by
+    :class:`QuickstartRecords` field."""
+    from harness.audit.bound import toy_audit
+    from harness.audit.gumbel_audit import gumbel_audit
+    from harness.audit.idle_measure import idle_audit
+    from harness.audit.precision import audit_checkpoint
+
+    length = cfgs["arm"].data.seq_len
+    idle_here_kw = dict(length=length, steps=length, ells=[1, 2, 4], runs=3, batch=batch)
+    bound_kw = dict(BOUND)
+    target = precision["model"]
+    prec_kw = {k: v for k, v in precision.items() if k != "model"}
+    return dict(
+        idle_paper=stages.record("idle-paper", IDLE_PAPER, lambda: idle_audit(**IDLE_PAPER).to_record()),
+        idle_here=stages.record("idle-quickstart", idle_here_kw, lambda: idle_audit(**idle_here_kw).to_record()),
+        bound=stages.record(
             "bound-toy",
             bound_kw,
             lambda: toy_audit(
                 bound_kw["C"], bound_kw["ell"], bound_kw["L"], seeds=bound_kw["seeds"], seed=bound_kw["seed"]
             ).to_record(),
-        )
-        target = precision["model"]
-        prec_kw = {k: v for k, v in precision.items() if k != "model"}
-        prec = stages.record(
+        ),
+        precision=stages.record(
             f"precision-{target}",
-            dict(checkpoint(target), **prec_kw),
+            dict(checkpoint_config(target, cfgs[target]), **prec_kw),
             lambda: audit_checkpoint(out / target, **prec_kw, sampler=None, entropy_base="e", log=log).record,
-        )
-        gumbel = stages.record("gumbel-mdlm-step", GUMBEL, lambda: gumbel_audit(**GUMBEL, log=log).to_record())
-    result = QuickstartRecords(
-        records=out / "records",
-        ppl=ppl,
-        genppl=genppl,
-        zeroshot=zs,
-        idle_paper=idle_paper,
-        idle_here=idle_here,
-        bound=bound,
-        precision=prec,
-        gumbel=gumbel,
-        images=images,
+        ),
+        gumbel=stages.record("gumbel-mdlm-step", GUMBEL, lambda: gumbel_audit(**GUMBEL, log=log).to_record()),
     )
-    write_report(result)
-    return result
 
 
 def checkpoint_config(name: str, cfg) -> dict[str, Any]:

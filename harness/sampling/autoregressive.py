@@ -20,7 +20,7 @@ def run_autoregressive(
     model, rows: int, settings: SamplerSettings, generator: torch.Generator | None, prefix: torch.Tensor
 ) -> BatchResult:
     """Draw ``rows`` sequences of length L continuing ``prefix`` (rows, P), P >= 1 (P >= 0 with a start token)."""
-    L, P = int(model.seq_len), int(prefix.shape[1])
+    L, P = int(settings.seq_len or model.seq_len), int(prefix.shape[1])
     device = model.device
     x = torch.empty(rows, L, dtype=torch.long, device=device)
     x[:, :P] = prefix.to(device)

@@ -45,7 +45,7 @@ def run_by_blocks(
 ) -> BatchResult:
     """Draw ``rows`` samples block by block with the in-block sampler ``run`` (a registered
     sampler's run function); ``prefix`` (rows, P) tokens are fixed context."""
-    size, length = int(model.sampling_block_size), int(model.seq_len)
+    size, length = int(model.sampling_block_size), int(settings.seq_len or model.seq_len)
     device = model.device
     given = 0 if prefix is None else prefix.shape[1]
     cache = model.new_sampling_cache()

@@ -156,10 +156,10 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) -> torch.Tensor | None:
-    """Validate ``prefix`` (N or 1, P); the ARM falls back to one BOS token (an empty prefix when it
-    has its own start token)."""
-    L, C = int(model.seq_len), int(model.vocab_size)
+def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int, L: int) -> torch.Tensor | None:
+    """Validate ``prefix`` (N or 1, P) for samples of ``L`` tokens; the ARM falls back to one BOS
+    token (an empty prefix when it has its own start token)."""
+    C = int(model.vocab_size)
     if spec.name == "autoregressive":
         if prefix is None and bos_id is None and model.start_token:
             return torch.zeros((1, 0), dtype=torch.long)  # the model prepends its own start id
@@ -198,31 +198,33 @@ def _check_prefix(model, prefix, bos_id, spec: SamplerSpec, num_samples: int) ->
     return prefix
 
 
-def _settings(
-    model,
-    spec: SamplerSpec,
-    *,
-    steps,
-    temperature,
-    nucleus_p,
-    dtype,
-    method,
-    noise_removal,
-    cache,
-    t_end,
-    nucleus_rule="cross",
-    draw="two-stage",
-) -> SamplerSettings:
+def _canvas(model, seq_len) -> int:
+    """The samples' length: ``seq_len`` (1 .. the model's length), default the model's."""
+    most = int(model.seq_len)
+    if seq_len is None:
+        return most
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= most:
+        raise PrimebenchError(
+            f"seq_len must be an integer in [1, {most}] (the model's length), got {seq_len!r}",
+            fix=f"use seq_len <= {most}",
+        )
+    return seq_len
+
+
+def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSettings:
+    """The checked :class:`SamplerSettings` of :func:`generate`'s sampling keywords ``knobs``."""
+    steps, draw, L = knobs["steps"], knobs["draw"], _canvas(model, knobs["seq_len"])
     if spec.uses_steps:
-        default = model.sampling_block_size or model.seq_len  # T per block for block-by-block sampling
+        default = model.sampling_block_size or L  # T per block for block-by-block sampling
         steps = int(default) if steps is None else _positive_int("steps", steps)
     elif steps is not None:
         raise PrimebenchError(
             f"sampler {spec.name!r} takes one step per generated unit; steps={steps!r} does not apply",
             fix="leave steps unset for first-hitting and autoregressive sampling",
         )
-    temperature = check_temperature(temperature)  # the one check: the draws shape unchecked
-    nucleus_p, nucleus_rule = check_nucleus(nucleus_p, nucleus_rule)
+    temperature = check_temperature(knobs["temperature"])  # the one check: the draws shape unchecked
+    nucleus_p, nucleus_rule = check_nucleus(knobs["nucleus_p"], knobs["nucleus_rule"])
+    method, noise_removal, t_end, cache = knobs["method"], knobs["noise_removal"], knobs["t_end"], knobs["cache"]
     if method not in METHODS:
         raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
     if noise_removal not in NOISE_REMOVAL:
@@ -237,13 +239,14 @@ def _settings(
         steps=steps,
         temperature=temperature,
         nucleus_p=nucleus_p,
-        dtype=parse_dtype(dtype),
+        dtype=parse_dtype(knobs["dtype"]),
         method=method,
         noise_removal=noise_removal,
         cache=bool(cache) and spec.name == "ancestral",
         t_end=float(t_end),
         nucleus_rule=nucleus_rule,
         draw=draw,
+        seq_len=L,
     )
 
 
@@ -258,6 +261,78 @@ def _merge(batches: list[BatchResult], wall: list[float]):
     )
     cat = lambda name: torch.cat([getattr(b, name).cpu() for b in batches])  # noqa: E731
     return cat("tokens"), cat("nfe"), cat("idle_steps"), cat("steps"), per_sample_wall, stats
+
+
+def _run_batches(model, spec: SamplerSpec, settings: SamplerSettings, gen, prefix, num_samples: int, batch_size: int):
+    """Each batch of at most ``batch_size`` rows through the sampler, in eval mode without gradients
+    (the model's mode restored afterwards): ``(batch results, wall seconds of each)``."""
+    target = model if spec.name == "autoregressive" else UnitModel(model, settings.seq_len)
+    run = spec.run
+    if model.sampling_block_size and spec.name != "autoregressive":
+        run, target = partial(run_by_blocks, spec.run), model
+    device = model.device
+    was_training = model.training
+    model.eval()
+    batches, wall = [], []
+    try:
+        with torch.no_grad():
+            for start in range(0, num_samples, batch_size):
+                rows = min(batch_size, num_samples - start)
+                rows_prefix = None
+                if prefix is not None:
+                    rows_prefix = prefix.expand(rows, -1) if prefix.shape[0] == 1 else prefix[start : start + rows]
+                    rows_prefix = rows_prefix.to(device)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                began = time.perf_counter()
+                batches.append(run(target, rows, settings, gen, rows_prefix))
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                wall.append(time.perf_counter() - began)
+    finally:
+        model.train(was_training)
+    return batches, wall
+
+
+def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str, Any]) -> dict[str, Any]:
+    """Every setting of a :func:`generate` call that can move a downstream number; ``run`` holds the
+    call's own facts (num_samples, batch_size, prefix_len, bos_id, seeded)."""
+    time_cond = bool(model.time_conditioning)
+    grid_sampler = spec.name in ("ancestral", "posterior")
+    protocol = {
+        "sampler": spec.name,
+        "family": model.family,
+        "forward_process": model.forward_process,
+        "steps": settings.steps if spec.uses_steps else "one per generated unit",
+        "dtype": str(settings.dtype).removeprefix("torch."),
+        "method": settings.method,
+        "draw": settings.draw if spec.name == "ancestral" else None,
+        "temperature": settings.temperature,
+        "nucleus_p": settings.nucleus_p,
+        "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
+        "noise_removal": settings.noise_removal if grid_sampler else None,
+        "cache": settings.cache,
+        "cache_exact": (settings.draw == "two-stage" or not time_cond) if settings.cache else None,
+        "grid": (
+            {"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
+            if grid_sampler
+            else None
+        ),
+        "num_samples": run["num_samples"],
+        "batch_size": run["batch_size"],
+        "seq_len": int(settings.seq_len),
+        "vocab_size": int(model.vocab_size),
+        "ell": int(model.units_per_token),
+        "carry_over": model.protocol().get("carry_over"),
+        "time_conditioning": time_cond,
+        "prefix_len": run["prefix_len"],
+        "bos_id": run["bos_id"] if spec.name == "autoregressive" else None,
+        "seeded": run["seeded"],
+        "device": str(model.device),
+    }
+    if model.sampling_block_size and spec.name != "autoregressive":
+        protocol["block_size"] = int(model.sampling_block_size)  # steps, NFE and idle steps are per block, summed
+    return protocol
 
 
 def generate(
@@ -279,8 +354,10 @@ def generate(
     bos_id: int | None = None,
     t_end: float = 0.0,
     draw: str = "two-stage",
+    seq_len: int | None = None,
 ) -> SampleOutput:
-    """Draw ``num_samples`` sequences of the model's length L, in batches of ``batch_size``.
+    """Draw ``num_samples`` sequences of ``seq_len`` tokens (default the model's length L), in batches
+    of ``batch_size``.
 
     ``model``: a registered family (its ``samplers`` list the names it supports). ``sampler``: a
     registered name, default :func:`sampler_for` (ancestral; autoregressive for the ARM).
@@ -297,105 +374,36 @@ def generate(
     ignore it). ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest).
     ``draw``: the ancestral step's draw, ``two-stage`` (reveal, then token by inverse CDF; exact
     and cheap) or ``joint`` (the family's joint draw with ``method``, MDLM's over C + 1 outcomes;
-    the reference for audits).
+    the reference for audits). ``seq_len``: a shorter canvas than the model's (the model is not
+    changed).
     The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
 
     Returns a :class:`~harness.sampling.settings.SampleOutput`: ``tokens`` (num_samples, L) ids in
     [0, C), per-sample ``nfe``, ``idle_steps``, ``steps`` and ``wall_s`` (num_samples,), ``stats``
     and the ``protocol`` of every setting.
     """
-    name = sampler or sampler_for(model)
-    spec = get_sampler(name, model)
+    spec = get_sampler(sampler or sampler_for(model), model)
     num_samples = _positive_int("num_samples", num_samples)
     batch_size = _positive_int("batch_size", batch_size)
-    settings = _settings(
-        model,
-        spec,
-        steps=steps,
-        temperature=temperature,
-        nucleus_p=nucleus_p,
-        dtype=dtype,
-        method=method,
-        noise_removal=noise_removal,
-        cache=cache,
-        t_end=t_end,
-        nucleus_rule=nucleus_rule,
-        draw=draw,
-    )
-    prefix = _check_prefix(model, prefix, bos_id, spec, num_samples)
-    device = model.device
+    knobs = dict(steps=steps, temperature=temperature, nucleus_p=nucleus_p, nucleus_rule=nucleus_rule, dtype=dtype)
+    knobs |= dict(method=method, noise_removal=noise_removal, cache=cache, t_end=t_end, draw=draw, seq_len=seq_len)
+    settings = _settings(model, spec, knobs)
+    prefix = _check_prefix(model, prefix, bos_id, spec, num_samples, settings.seq_len)
     check_inference_fits(
         model,
         batch=min(batch_size, num_samples),
-        seq_len=int(model.seq_len),
+        seq_len=settings.seq_len,
         doing="sampling",
         sized_by="--batch-size or the model's sequence length",
         float64_logits=settings.dtype == torch.float64,
     )
-    gen = _generator(generator, device)
-    target = model if spec.name == "autoregressive" else UnitModel(model)
-    run = spec.run
-    if model.sampling_block_size and spec.name != "autoregressive":
-        run, target = partial(run_by_blocks, spec.run), model
-
-    was_training = model.training
-    model.eval()
-    batches, wall = [], []
-    try:
-        with torch.no_grad():
-            for start in range(0, num_samples, batch_size):
-                rows = min(batch_size, num_samples - start)
-                rows_prefix = None
-                if prefix is not None:
-                    rows_prefix = prefix.expand(rows, -1) if prefix.shape[0] == 1 else prefix[start : start + rows]
-                    rows_prefix = rows_prefix.to(device)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                began = time.perf_counter()
-                batches.append(run(target, rows, settings, gen, rows_prefix))
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                wall.append(time.perf_counter() - began)
-    finally:
-        model.train(was_training)
-
+    gen = _generator(generator, model.device)
+    batches, wall = _run_batches(model, spec, settings, gen, prefix, num_samples, batch_size)
     tokens, nfe, idle, steps_done, wall_s, stats = _merge(batches, wall)
     if model.may_decode_invalid_codes:
         stats.update(spec.notes)
-    time_cond = bool(model.time_conditioning)
-    protocol = {
-        "sampler": spec.name,
-        "family": model.family,
-        "forward_process": model.forward_process,
-        "steps": settings.steps if spec.uses_steps else "one per generated unit",
-        "dtype": str(settings.dtype).removeprefix("torch."),
-        "method": settings.method,
-        "draw": settings.draw if spec.name == "ancestral" else None,
-        "temperature": settings.temperature,
-        "nucleus_p": settings.nucleus_p,
-        "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
-        "noise_removal": settings.noise_removal if spec.name in ("ancestral", "posterior") else None,
-        "cache": settings.cache,
-        "cache_exact": (settings.draw == "two-stage" or not time_cond) if settings.cache else None,
-        "grid": (
-            {"kind": "uniform", "t_start": 1.0, "t_end": settings.t_end, "schedule": model.schedule.name}
-            if spec.name in ("ancestral", "posterior")
-            else None
-        ),
-        "num_samples": num_samples,
-        "batch_size": batch_size,
-        "seq_len": int(model.seq_len),
-        "vocab_size": int(model.vocab_size),
-        "ell": int(model.units_per_token),
-        "carry_over": model.protocol().get("carry_over"),
-        "time_conditioning": time_cond,
-        "prefix_len": 0 if prefix is None else int(prefix.shape[1]),
-        "bos_id": bos_id if spec.name == "autoregressive" else None,
-        "seeded": gen is not None,
-        "device": str(device),
-    }
-    if model.sampling_block_size and spec.name != "autoregressive":
-        protocol["block_size"] = int(model.sampling_block_size)  # steps, NFE and idle steps are per block, summed
+    facts = dict(num_samples=num_samples, batch_size=batch_size, bos_id=bos_id, seeded=gen is not None)
+    protocol = _protocol(model, spec, settings, facts | {"prefix_len": 0 if prefix is None else int(prefix.shape[1])})
     return SampleOutput(
         tokens=tokens, nfe=nfe, idle_steps=idle, steps=steps_done, wall_s=wall_s, stats=stats, protocol=protocol
     )

@@ -34,7 +34,8 @@ class SamplerSettings:
     ``cache``: reuse a sequence's denoiser output while it does not change (with the two-stage
     draw: call the denoiser only at steps that reveal a unit). ``draw``: ``two-stage`` (reveal
     decision, then the token) or ``joint`` (MDLM's one draw over C + 1 outcomes), see
-    :mod:`harness.sampling.ancestral`.
+    :mod:`harness.sampling.ancestral`. ``seq_len``: the length of the samples (the model is never
+    changed to draw shorter ones).
     """
 
     steps: int | None
@@ -47,6 +48,8 @@ class SamplerSettings:
     t_end: float
     nucleus_rule: str = "cross"
     draw: str = "two-stage"
+    #: the canvas: how many token positions a sample has (at most the model's length; None: the model's)
+    seq_len: int | None = None
 
 
 @dataclass

@@ -21,15 +21,16 @@ from harness.sampling.settings import SamplerSettings
 class UnitModel:
     """A masked-diffusion family seen as (B, L, ell) unit states; holds no state of its own.
 
-    ``model`` is the family; the samplers call its sampler methods (``joint_draw``,
-    ``unit_log_marginals``, ``invalid_codes``) directly and reach the rest through this adapter."""
+    ``model`` is the family, ``seq_len`` the samples' length (default the model's); the samplers
+    call its sampler methods (``joint_draw``, ``unit_log_marginals``, ``invalid_codes``) directly and
+    reach the rest through this adapter."""
 
-    def __init__(self, model):
+    def __init__(self, model, seq_len: int | None = None):
         self.model = model
         self.ell = int(model.units_per_token)
         self.process = model.process  # the family's forward process: what a still-noisy unit is
         self.vocab_size = int(model.vocab_size)
-        self.seq_len = int(model.seq_len)
+        self.seq_len = int(seq_len or model.seq_len)  # the canvas: at most the model's length
         self.time_conditioning = bool(model.time_conditioning)
 
     @property

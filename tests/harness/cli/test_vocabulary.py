@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.cli.options import VocabularyOption
-from harness.cli.parsing import Command
+from harness.cli.parsing import CommaList, Command, PerNameInts
 from harness.cli.reference import DOC, commands, markdown, visible_options
-from harness.cli.vocabulary import VOCABULARY
+from harness.cli.vocabulary import SEVERAL, TYPES, VOCABULARY
 
 
 def test_docs_cli_md_is_what_the_commands_say():
@@ -34,6 +34,40 @@ def test_an_option_name_shared_by_commands_has_one_meaning():
             assert isinstance(option, VocabularyOption) and option.vocabulary == name, (path, name)
             assert option.help.startswith(VOCABULARY[name]), (path, name, option.help)
     assert not set(VOCABULARY) - set(users), "vocabulary entries no command takes"
+
+
+def _element(option: click.Option) -> tuple[click.ParamType, bool]:
+    """The type of one value of ``option``, and whether the option takes several."""
+    several = isinstance(option.type, (CommaList, PerNameInts))
+    return (option.type.item if several else option.type), several
+
+
+def test_an_option_name_has_one_type_and_its_arity_is_declared():
+    """Every command that takes a shared option parses its values with the vocabulary's type; an
+    option takes several values only where the vocabulary says so (and then parses a list of that
+    type), and a one-value option refuses a list."""
+    several_seen = set()
+    for path, command in commands():
+        for name, option in visible_options(command):
+            if name not in VOCABULARY:
+                continue
+            item, several = _element(option)
+            where = (" ".join(path[1:]), name)
+            assert item.name == TYPES[name], (*where, item.name)
+            if isinstance(item, click.IntRange) and name in ("--seed", "--seeds", "--steps", "--samples"):
+                assert item.min is not None and item.min >= 0 and item.min_open is False, where
+            if option.is_flag:
+                continue
+            two = {"integer range": "2,3", "choice": ",".join(list(getattr(item, "choices", ()))[:2])}.get(item.name)
+            if several:
+                assert name in SEVERAL, where
+                several_seen.add(name)
+                if two is not None and not isinstance(option.type, PerNameInts):
+                    assert len(_params(command, [name, two])[option.name]) == 2, where
+            elif two is not None and name not in ("--models",):
+                with pytest.raises(click.BadParameter):
+                    _params(command, [name, two])
+    assert several_seen == set(SEVERAL), set(SEVERAL) - several_seen
 
 
 def test_options_that_meant_two_things_now_mean_one():
@@ -60,6 +94,7 @@ SAMPLE_VALUE = {
     "--source-format": "mdlm-hf",
     "--train-steps": "7",
     "--steps": "16,32",
+    "--nucleus-p": "0.9",
 }
 
 
@@ -80,14 +115,18 @@ def _params(command, args):
 
 @pytest.mark.parametrize(("path", "command", "old", "new"), list(_aliases()))
 def test_an_old_spelling_parses_as_the_new_one_with_a_deprecation_line(path, command, old, new, capsys):
-    value = SAMPLE_VALUE[new]
+    flag = next(p for p in command.params if new in getattr(p, "opts", ())).is_flag
+    value = None if flag else SAMPLE_VALUE[new]
     if new == "--steps" and command.name in ("quickstart", "small"):
         value = "7"
-    expected = _params(command, [new, value])
+    given = [] if flag else [value]
+    expected = _params(command, [new, *given])
     capsys.readouterr()
-    assert _params(command, [old, value]) == expected
+    assert _params(command, [old, *given]) == expected
     assert f"{old} is deprecated; use {new}" in capsys.readouterr().err
-    if old.startswith("--"):
+    if flag:
+        pass
+    elif old.startswith("--"):
         assert _params(command, [f"{old}={value}"]) == expected
     else:
         assert _params(command, [f"{old}{value}"]) == expected

@@ -126,7 +126,7 @@ def test_cli_genppl_writes_record_and_samples(trained, tmp_path):
     assert rec["protocol"]["method"] == "mdlm-legacy" and rec["protocol"]["dtype"] == "float32"
     samples = list(tmp_path.glob("*.samples.jsonl"))
     assert len(samples) == 1 and len(samples[0].read_text().splitlines()) == 2
-    bad = CliRunner().invoke(main, ["eval", "genppl", str(trained("prime")), "--nucleus", "0"])
+    bad = CliRunner().invoke(main, ["eval", "genppl", str(trained("prime")), "--nucleus-p", "0"])
     assert bad.exit_code == 2
 
 

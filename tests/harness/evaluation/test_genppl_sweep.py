@@ -16,12 +16,13 @@ from harness.evaluation.genppl_sweep import matched_gen_ppl, parse_sweep
 
 def test_parse_sweep():
     assert parse_sweep("temperature=1.0,0.8, 0.9") == ("temperature", [0.8, 0.9, 1.0])
-    assert parse_sweep("nucleus=0.9,1") == ("nucleus", [0.9, 1.0])
+    assert parse_sweep("nucleus-p=0.9,1") == ("nucleus-p", [0.9, 1.0])
+    assert parse_sweep("nucleus=0.9,1") == ("nucleus-p", [0.9, 1.0])  # the old knob name, deprecated
     for bad, says in [
         ("top_k=1,2", "knob must be one of"),
         ("temperature=0.8", "at least two distinct"),
         ("temperature=0.8,0.8", "at least two distinct"),
-        ("nucleus=0.5,1.5", "1.5 is not"),
+        ("nucleus-p=0.5,1.5", "1.5 is not"),
         ("temperature=a,b", "must be numbers"),
         ("temperature", "knob must be one of"),
     ]:

@@ -21,7 +21,7 @@ def test_precision_paper_dry_run_with_throughput_and_torchrun():
         [
             "reproduce",
             "precision",
-            "--paper",
+            "--paper-scale",
             "--dry-run",
             "--nproc",
             "8",
@@ -40,7 +40,7 @@ def test_precision_paper_dry_run_with_throughput_and_torchrun():
 
 def test_dry_run_flags_need_paper():
     res = CliRunner().invoke(main, ["reproduce", "precision", "--dry-run"])
-    assert res.exit_code != 0 and "--paper" in res.output
+    assert res.exit_code != 0 and "--paper-scale" in res.output
 
 
 def test_imported_checkpoints_replace_training():

@@ -240,9 +240,9 @@ def test_reproduce_precision_samples_per_model_reach_each_audit(tmp_path, monkey
 
     bad = CliRunner().invoke(main, ["reproduce", "precision", "--out", str(tmp_path / "c"), "--samples", "arm=4"])
     assert bad.exit_code == 2 and "NAME one of mdlm, prime" in bad.output
-    paper = CliRunner().invoke(main, ["reproduce", "precision", "--paper", "--dry-run", "--samples", "mdlm=4"])
+    paper = CliRunner().invoke(main, ["reproduce", "precision", "--paper-scale", "--dry-run", "--samples", "mdlm=4"])
     assert paper.exit_code == 2 and "one number" in paper.output
-    zero = CliRunner().invoke(main, ["reproduce", "precision", "--paper", "--dry-run", "--samples", "0"])
+    zero = CliRunner().invoke(main, ["reproduce", "precision", "--paper-scale", "--dry-run", "--samples", "0"])
     assert zero.exit_code == 2 and "integer >= 1" in zero.output
     with pytest.raises(PrimebenchError, match="integers >= 1"):
         precision.run_precision(tmp_path / "d", samples={"arm": 4})

@@ -427,3 +427,29 @@ def test_errors_name_the_problem():
     with pytest.raises(PrimebenchError, match="dtype"):
         generate(mdlm, num_samples=2, dtype="float16")
     assert set(SAMPLERS) == {"ancestral", "first-hitting", "maskgit", "posterior", "autoregressive"}
+
+
+@pytest.mark.parametrize(
+    "family, sampler, kw",
+    [
+        ("mdlm", "ancestral", {}),
+        ("prime", "ancestral", {"ell": 2}),
+        ("mdlm", "first-hitting", {}),
+        ("arm", "autoregressive", {}),
+        ("bd3lm", "ancestral", {"block_size": 4}),
+        ("udlm", "posterior", {}),
+    ],
+)
+def test_a_shorter_canvas_is_the_same_as_a_shorter_model_and_leaves_the_model_alone(family, sampler, kw):
+    """``generate(seq_len=S)`` draws the same samples as the same weights built at length S would,
+    with the model's own length untouched (no evaluator changes the model to draw shorter samples)."""
+    long, short = tiny(family, C=6, L=12, **kw), tiny(family, C=6, L=6, **kw)
+    short.load_state_dict(long.state_dict())
+    opts = dict(num_samples=3, batch_size=2, generator=5, bos_id=0 if family == "arm" else None)
+    got = generate(long, sampler, seq_len=6, **opts)
+    want = generate(short, sampler, **opts)
+    assert long.seq_len == 12 and got.tokens.shape == (3, 6)
+    assert torch.equal(got.tokens, want.tokens) and torch.equal(got.nfe, want.nfe)
+    assert got.protocol["seq_len"] == 6 and got.protocol["steps"] == want.protocol["steps"]
+    with pytest.raises(PrimebenchError, match=r"seq_len must be an integer in \[1, 12\]"):
+        generate(long, sampler, seq_len=13, **opts)
