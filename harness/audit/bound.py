@@ -24,6 +24,7 @@ NLL, so it is not an upper bound there. The sub-token bound is never below the e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,14 @@ from typing import Any
 
 import torch
 
-from harness.errors import PrimebenchError
+from harness.checkpoint import CONFIG, read_checkpoint_config
+from harness.data import get_corpus, get_packed, get_tokenizer
+from harness.errors import InputError, PrimebenchError
+from harness.evaluation import load_for_evaluation
+from harness.evaluation.ppl import evaluate_nll
+from harness.metrics.references import SMOOTHING, fit_counts
+from harness.models import family_of_kind
+from harness.records import Metric, make_record, model_block
 
 UNITS = "nats/token"
 KINDS = {"exact_nll": "exact", "subtoken_bound": "bound", "token_joint": "paper-objective"}
@@ -140,7 +148,6 @@ class BoundAudit:
         """A ``primebench-record/1`` record (evaluation "bound"): one item per row in ``rows``, each
         with its metrics (exact / bound / paper-objective, with stderr where Monte Carlo).
         ``checkpoint`` and ``cfg`` default to the audit's own."""
-        from harness.records import Metric, make_record, model_block
 
         checkpoint = self.checkpoint if checkpoint is None else checkpoint
         cfg = self.cfg if cfg is None else cfg
@@ -166,8 +173,6 @@ class BoundAudit:
         if checkpoint is not None:
             model = model_block(checkpoint, cfg)
         else:  # the toy denoisers are sub-token models (Prime's) with the protocol's ell
-            from harness.models import family_of_kind
-
             prime = family_of_kind("paper-objective")
             if self.protocol.get("source") == "unigram":  # one ideal model per encoding
                 name, label = "ideal unigram models", f"{prime.family}, ell in {', '.join(self.protocol['ells'])}"
@@ -204,7 +209,6 @@ def toy_audit(
     the Prime family's (its ``toy_bound_audit``), found in the model registry as the family with a
     paper-objective estimator.
     """
-    from harness.models import family_of_kind
 
     prime = family_of_kind("paper-objective")
     return prime.toy_bound_audit(C, ell, L, seeds=seeds, seed=seed, shuffle_seed=shuffle_seed)
@@ -224,9 +228,6 @@ def unigram_audit(tokenizer: str, *, corpus: str = "wiki-embedded", shuffle_seed
     with EOS between documents as the ``small`` configs train: the unigram reference that ``eval
     ppl`` prints, so no class has probability 0. The sums over mask patterns are the Prime
     family's (its ``unigram_bound_audit``)."""
-    from harness.data import get_corpus, get_packed, get_tokenizer
-    from harness.metrics.references import SMOOTHING, fit_counts
-    from harness.models import family_of_kind
 
     source = get_corpus(corpus)
     tok = get_tokenizer(tokenizer, corpus=source)
@@ -289,7 +290,6 @@ def checkpoint_audit(
     network, MDLM's time draw ("t") for a time-conditioned one. ``attention_mask`` (N, L) marks the
     real tokens; a :class:`BoundAudit` of one row comes back.
     """
-    from harness.evaluation.ppl import evaluate_nll
 
     if num_samples < 2:
         raise PrimebenchError(
@@ -334,9 +334,6 @@ def checkpoint_audit(
 def _validation(checkpoint, device: str, *, carry_over, ema):
     """``(model, cfg, packed validation rows)`` of a checkpoint, its validation split packed as in
     training."""
-    from harness.checkpoint import CONFIG, read_checkpoint_config
-    from harness.data import get_corpus, get_packed
-    from harness.evaluation import load_for_evaluation
 
     ours = Path(str(checkpoint)).is_dir() and (Path(str(checkpoint)) / CONFIG).is_file()
     # our own folders may need their corpus to rebuild a bpe:V tokenizer; releases carry their tokenizer
@@ -371,9 +368,6 @@ def audit_checkpoint(
     names (``wiki-embedded:validation``, as ``eval ppl`` does without ``--data``). ``carry_over``:
     Prime's carry-over at evaluation (None: as trained); ``ema``: the EMA weights (default) or the
     raw ones; both are recorded. ``log(message)`` reports progress."""
-    import dataclasses
-
-    from harness.errors import InputError
 
     if (max_rows is None) == (batches is None):
         raise InputError("give the rows to score as max_rows or as batches, one of the two", fix="pass max_rows=N")

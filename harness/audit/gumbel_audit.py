@@ -56,6 +56,7 @@ class GumbelAudit:
 
     def to_record(self) -> dict:
         """A ``primebench-record/1`` document (``evaluation = "gumbel"``)."""
+        # deferred: the CLI imports this module's constants at start-up, without torch
         from harness.records import Metric, make_record, model_block
 
         metrics: dict[str, Metric] = {}
@@ -83,6 +84,7 @@ class GumbelAudit:
 
 def _row(case, source, dtype, method, kind, q, intended, *, mdlm: bool, draws=None) -> GumbelRow:
     """The row of distribution ``q`` (float64 (K,), or (V + 1,) with stay-masked last for ``mdlm``)."""
+    # deferred: the CLI imports this module's constants at start-up, without torch
     from harness.audit.gumbel import entropy, kl
 
     kl_value = max(float(kl(q, intended)), 0.0)  # >= 0; float64 rounding can give -1e-17
@@ -122,6 +124,7 @@ def _row(case, source, dtype, method, kind, q, intended, *, mdlm: bool, draws=No
 
 def _cases(probs, mdlm_step, steps: int, vocab: int, draws, seed: int):
     """``(cases {name: intended distribution}, number of draws, protocol)`` of either mode."""
+    # deferred: the CLI imports this module's constants at start-up, without torch
     import torch
 
     from harness.audit.gumbel import mdlm_step_distribution, peaked_and_flat
@@ -152,6 +155,7 @@ def _cases(probs, mdlm_step, steps: int, vocab: int, draws, seed: int):
 
 def _case_rows(case: str, pi, dtype_names, methods, *, n: int, seed: int, mdlm: bool, log) -> list[GumbelRow]:
     """The intended row, Prop. 5.2 and the grid model per dtype, then empirical draws per dtype and method."""
+    # deferred: the CLI imports this module's constants at start-up, without torch
     import torch
 
     from harness.audit.gumbel import empirical_frequencies, grid_gumbel_probs, truncated_gumbel_probs
@@ -185,6 +189,7 @@ def gumbel_audit(
 ) -> GumbelAudit:
     """Intended vs Prop. 5.2 vs grid model vs empirical draws, for ``probs`` or for MDLM's ancestral
     step ``mdlm_step`` of ``steps`` with a peaked and a flat token distribution over ``vocab`` tokens."""
+    # deferred: the CLI imports this module's constants at start-up, without torch
     from harness.audit.gumbel import truncation_level, uniform_bits
     from harness.errors import PrimebenchError
     from harness.sampling.categorical import parse_dtype

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
 from harness.audit.idle import expected_nfe, idle_step_ratio
 from harness.errors import PrimebenchError
+from harness.models import build_model, family_of_kind
+from harness.records import Metric, make_record, model_block
+from harness.sampling import generate
 from harness.schedules import Schedule, get_schedule
 
 #: MDM-Prime Table 1 ISR (percent) at L = T = 1024, linear schedule, one sequence, by ell.
@@ -57,7 +60,6 @@ def uniform_model(*, vocab_size: int, seq_len: int, ell: int = 1, schedule: str 
     """The registered sub-token family (:func:`harness.models.family_of_kind`) with ell sub-tokens per
     token and carry-over, C = ``vocab_size``, L = ``seq_len`` and ``schedule``, its network replaced by
     :class:`UniformDenoiser`. At ell = 1 the sampler draws exactly MDLM's samples and NFE."""
-    from harness.models import build_model, family_of_kind
 
     family, extra = family_of_kind("paper-objective").family, {"ell": ell, "carry_over": True}
     model = build_model(
@@ -112,7 +114,6 @@ def measure_idle(
     times on one sequence of ``length`` tokens with :func:`uniform_model` of ``ell`` sub-tokens per
     token, ``max_batch`` runs per call: the mean ISR (a fraction) and NFE per sequence, each with its
     standard error over the runs."""
-    from harness.sampling import generate
 
     for name, value in (("length", length), ("steps", steps), ("ell", ell), ("runs", runs), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -180,10 +181,6 @@ class IdleAudit:
 
     def to_record(self) -> dict:
         """A ``primebench-record/1`` document (``evaluation = "idle"``)."""
-        from dataclasses import asdict
-
-        from harness.models import family_of_kind
-        from harness.records import Metric, make_record, model_block
 
         metrics: dict[str, Metric] = {}
         for r in self.rows:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,14 @@ from harness.audit.precision_results import (
     record,
 )
 from harness.errors import PrimebenchError
+from harness.evaluation import load_for_evaluation
+from harness.judges import check_judge_spec, load_judge
 from harness.metrics.entropy import MeanEntropy, units_of
+from harness.metrics.genppl import score_texts
 from harness.sampling.categorical import METHODS, parse_dtype
 from harness.sampling.samplers import generate, get_sampler, sampler_for, token_by_token_sampler
+from harness.sampling.units import UnitModel
+from harness.settings import changed
 
 DEFAULT_STEPS = (64, 256, 1024, 4096)
 DEFAULT_DTYPES = ("float32", "float64")
@@ -61,7 +66,6 @@ def all_masked_marginal(model) -> torch.Tensor:
     """The denoiser's token distribution on the all-masked sequence at t = 1, averaged over positions
     (float64, (C,), renormalised): a masked-diffusion model's context-free marginal, the law of its first
     revealed token."""
-    from harness.sampling.units import UnitModel
 
     units = UnitModel(model)
     with torch.no_grad():
@@ -131,7 +135,6 @@ class _Scoring:
 
 
 def _gen_ppl(scoring: _Scoring, tokens: torch.Tensor, seq_len: int, batch_size: int):
-    from harness.metrics.genppl import score_texts
 
     if scoring.judge is None:
         return None, None
@@ -253,9 +256,6 @@ def precision_audit(
     ``tokenizer``: also score every run's samples for Gen PPL with the same code as ``eval genppl``.
     ``log`` is called with a line per run.
     """
-    from dataclasses import replace
-
-    from harness.settings import changed
 
     s = changed(settings or PrecisionSettings(), changes, "precision-audit")
     if judge is not None:
@@ -300,9 +300,6 @@ def audit_checkpoint(
     """Load ``checkpoint`` (and the settings' ``judge`` spec, if any), run :func:`precision_audit` on
     it with the tokenizer's BOS, and make the record (wall time from loading to the last row).
     ``settings`` and ``changes`` as for :func:`precision_audit`."""
-    from harness.evaluation import load_for_evaluation
-    from harness.judges import check_judge_spec, load_judge
-    from harness.settings import changed
 
     s = changed(settings or PrecisionSettings(), changes, "precision-audit")
     began = time.perf_counter()

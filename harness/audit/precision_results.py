@@ -12,6 +12,7 @@ import torch
 
 from harness.errors import PrimebenchError
 from harness.metrics.entropy import units_of
+from harness.records import Metric, make_record, model_block
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,6 @@ def record(
     and protocol (sampler, steps, dtype, control). The record also states the float32 matmul flags,
     which would change a float32 audit if someone set them globally.
     """
-    from harness.records import Metric, make_record, model_block
 
     items = []
     for r in audit.rows:
@@ -123,8 +123,8 @@ def record(
 def plot(audit: PrecisionAudit, path: str | Path) -> Path:
     """Entropy (and Gen PPL when judged) against steps (log x), one line per dtype with stderr bars;
     controls as horizontal dashed lines."""
-    from matplotlib.figure import Figure  # no pyplot: the Agg canvas, no global backend switch
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.figure import Figure  # deferred, as below; no pyplot: the Agg canvas, no global backend switch
+    from matplotlib.ticker import NullFormatter  # deferred: matplotlib loads only when a plot is drawn
 
     judged = any(r.gen_ppl is not None for r in audit.rows)
     panels = [("entropy", "entropy_stderr")]

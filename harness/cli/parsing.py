@@ -112,9 +112,10 @@ class CommaList(click.ParamType):
     and checks every entry): the one way an option takes several values, so an option name that
     takes one value in one command and a list in another has the same element type in both."""
 
-    def __init__(self, item: click.ParamType, example: str):
+    def __init__(self, item: click.ParamType, example: str, what: str | None = None):
         self.item = item
         self.example = example
+        self.what = what  # names an entry in the error ("unknown dtype 'x'; choose from ...")
         self.name = f"{item.name} list"
 
     def get_metavar(self, param, ctx=None) -> str:
@@ -126,13 +127,18 @@ class CommaList(click.ParamType):
         items = [v.strip() for v in str(value).split(",") if v.strip()]
         if not items:
             self.fail(f"{value!r} is empty: give comma-separated values, e.g. {self.example}", param, ctx)
+        choices = getattr(self.item, "choices", None)
+        if self.what and choices is not None:
+            for item in items:
+                if item not in choices:
+                    self.fail(f"unknown {self.what} {item!r}; choose from {', '.join(choices)}", param, ctx)
         return [self.item.convert(item, param, ctx) for item in items]
 
 
 def comma_list(names, what: str) -> CommaList:
     """A comma list of ``what`` names, each one of ``names()`` (a registry's names, read when first
     needed)."""
-    return CommaList(LazyChoice(names), example=f"{what}1,{what}2")
+    return CommaList(LazyChoice(names), example=f"{what}1,{what}2", what=what)
 
 
 def int_list_type(example: str, minimum: int = 1) -> CommaList:

@@ -3,6 +3,9 @@ in :mod:`harness.lmeval` and :mod:`harness.fid`)."""
 
 from __future__ import annotations
 
+from harness import distributed, load
+from harness.checkpoint import rebuild_tokenizer
+
 
 def load_for_evaluation(
     checkpoint, device: str = "cpu", *, corpus=None, carry_over: bool | None = None, ema: bool = True
@@ -16,7 +19,6 @@ def load_for_evaluation(
     carry-over (None: as trained); recorded through the model's protocol. ``ema``: the EMA weights
     (default, as MDLM evaluates) or the raw ones.
     """
-    from harness import distributed, load
 
     info = distributed.setup(device)
     device = str(info.device) if info.world > 1 else device
@@ -24,7 +26,5 @@ def load_for_evaluation(
     if carry_over is not None:
         model.set_carry_over(carry_over)
     if tokenizer is None:
-        from harness.checkpoint import rebuild_tokenizer
-
         tokenizer = rebuild_tokenizer(checkpoint, cfg.data.tokenizer, corpus=corpus)
     return info, model, tokenizer, cfg

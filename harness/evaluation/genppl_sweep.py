@@ -16,8 +16,13 @@ record says so and gives no number (extend the sweep); it never extrapolates.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from harness.errors import InputError
+from harness.evaluation.genppl import genppl_settings, run_genppl
+from harness.judges import load_judge
+from harness.logging import console
+from harness.records import Metric, make_record
 
 #: sweep knob -> the run_genppl argument it sets, and its valid range
 KNOBS = {"temperature": ("temperature", (1e-3, 1e3)), "nucleus-p": ("nucleus_p", (0.0, 1.0))}
@@ -30,8 +35,6 @@ def parse_sweep(text: str) -> tuple[str, list[float]]:
     knob, sep, values = text.partition("=")
     knob = knob.strip()
     if knob in OLD_KNOBS:
-        from harness.logging import console
-
         console().print(f"--sweep {knob}= is deprecated; use {OLD_KNOBS[knob]}=", highlight=False)
         knob = OLD_KNOBS[knob]
     fix = "use --sweep temperature=0.7,0.8,0.9,1.0 or --sweep nucleus-p=0.8,0.9,0.95,1.0"
@@ -83,7 +86,6 @@ def _point(value: float, record: dict) -> dict:
 
 def _sweep_settings(settings, sweep: str, changes: dict):
     """``(knob, values, the run_genppl argument it sets, the settings of every point)``."""
-    from harness.evaluation.genppl import genppl_settings
 
     knob, values = parse_sweep(sweep)
     arg = KNOBS[knob][0]
@@ -102,10 +104,6 @@ def run_sweep(
     ``(matched record, [(point record, its samples), ...])``. ``settings`` (a
     :class:`~harness.evaluation.genppl.GenPPLSettings`) and ``changes`` as for
     :func:`harness.evaluation.genppl.run_genppl`; the sweep's knob among them is ignored."""
-    from dataclasses import replace
-
-    from harness.evaluation.genppl import run_genppl
-    from harness.judges import load_judge
 
     knob, values, arg, s = _sweep_settings(settings, sweep, changes)
     if judge_obj is None and s.judge:
@@ -118,7 +116,6 @@ def run_sweep(
 
 
 def _matched_record(first: dict, points: list[dict], knob: str, values: list[float], arg: str, device: str) -> dict:
-    from harness.records import Metric, make_record
 
     target = first["references"]["data"]["metrics"]["entropy_model"]["value"]
     matched = matched_gen_ppl(points, target)

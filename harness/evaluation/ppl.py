@@ -17,11 +17,19 @@ from typing import Any, NamedTuple
 
 import torch
 
+from harness.data import get_packed
+from harness.data.datasets import resolve_dataset
+from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
+from harness.diffusion import time_sampler_text
 from harness.distributed import batch_seed
-from harness.errors import DataError
+from harness.errors import DataError, InputError
+from harness.evaluation import load_for_evaluation
+from harness.evaluation.references import text_references, warn_if_not_learned
 from harness.metrics.nll import NLLAccumulator, PerplexityResult
+from harness.models import families_offering
 from harness.models.base import Estimator
-from harness.records import Metric
+from harness.records import Metric, make_record, model_block
+from harness.resources import check_inference_fits
 from harness.settings import changed
 
 
@@ -51,7 +59,6 @@ def evaluate_nll(
     scored by rank ``b % world``; the reduced result is therefore the same for any number of ranks
     (up to the order of float64 sums).
     """
-    from harness.resources import check_inference_fits
 
     names = [model.estimators[0].name] if estimators is None else list(estimators)
     check_inference_fits(
@@ -86,8 +93,6 @@ def evaluate_nll(
 
 def estimator_plan(model, estimator: str) -> list[Estimator]:
     """The family's estimators that ``--estimator`` asks for: default (the first), both (all), or one by name."""
-    from harness.errors import InputError
-    from harness.models import families_offering
 
     if estimator in ("default", "both"):
         return list(model.estimators[: 1 if estimator == "default" else None])
@@ -170,7 +175,6 @@ def score_rows(model, ids: torch.Tensor, mask: torch.Tensor, settings: PPLSettin
     ``info``: the rank and world of :func:`harness.distributed.setup`. ``units``: :data:`TEXT_UNITS`
     or :data:`IMAGE_UNITS`, the metric names and units.
     """
-    from harness.diffusion import time_sampler_text
 
     plan = estimator_plan(model, settings.estimator)
     sampler = model.time_sampler(settings.time_sampler)
@@ -205,7 +209,6 @@ def score_rows(model, ids: torch.Tensor, mask: torch.Tensor, settings: PPLSettin
 
 def _image_spec(data: str | None, cfg) -> str | None:
     """The ``image:NAME[:SPLIT]`` spec to score, with the checkpoint's validation split by default; None for text."""
-    from harness.data.images import is_image_spec, parse_image_spec
 
     spec = data or f"{cfg.data.corpus}:{cfg.data.valid_split}"
     if not is_image_spec(spec):
@@ -225,7 +228,6 @@ def run_image_bpd(model, tokenizer, spec: str, settings: PPLSettings, info) -> t
     ``bpd`` = nats per dimension / ln 2, with the family's kind (ARM exact, diffusion bound, Prime's
     token-joint estimator the paper objective) and the standard error of :func:`evaluate_nll`.
     """
-    from harness.data.images import get_image_dataset
 
     if settings.ignore_bos:
         raise DataError(
@@ -280,8 +282,6 @@ class TextRows(NamedTuple):
 def text_rows(model, tokenizer, cfg, settings: PPLSettings) -> TextRows:
     """Resolve ``settings.data`` (default the checkpoint's validation split) and pack it as the
     settings say (each unset packing setting as the checkpoint was trained)."""
-    from harness.data import get_packed
-    from harness.data.datasets import resolve_dataset
 
     d = cfg.data
     L = settings.seq_len or model.seq_len
@@ -308,7 +308,6 @@ def text_rows(model, tokenizer, cfg, settings: PPLSettings) -> TextRows:
 
 def run_text_ppl(model, tokenizer, cfg, settings: PPLSettings, info) -> tuple[dict, dict, dict | None]:
     """Perplexity of ``model`` on text: (metrics, protocol, references block or None)."""
-    from harness.evaluation.references import text_references
 
     rows = text_rows(model, tokenizer, cfg, settings)
     metrics, shared, kinds = score_rows(model, rows.ids, rows.mask, settings, info)
@@ -354,9 +353,6 @@ def run_ppl(checkpoint, settings: PPLSettings | None = None, **changes) -> dict:
 
     ``settings``: a :class:`PPLSettings` (default: ``eval ppl``'s defaults), with ``changes`` by field
     name on top (``run_ppl(ckpt, max_rows=8, estimator="both")``)."""
-    from harness.evaluation import load_for_evaluation
-    from harness.evaluation.references import warn_if_not_learned
-    from harness.records import make_record, model_block
 
     s = ppl_settings(settings, **changes)
     t0 = time.time()

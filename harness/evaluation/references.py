@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from harness.data import get_packed
+from harness.data.corpora import get_corpus
+from harness.errors import DataError
+from harness.logging import console
+from harness.metrics.references import NOT_LEARNED, fit_counts, no_better_than_unigram, references_block
+
 
 def text_references(
     dataset, cfg, tokenizer, ids, mask, scored, *, seq_len: int, packing: dict, tokens_scored: float
@@ -9,10 +15,6 @@ def text_references(
     """The unigram and bigram references of the scored tokens, fitted on a train split packed as the
     scored data: the scored corpus's train split when it has one other than the scored split, else
     the checkpoint's own training corpus (named in ``fit_on``, with a note)."""
-    from harness.data import get_packed
-    from harness.data.corpora import get_corpus
-    from harness.errors import DataError
-    from harness.metrics.references import fit_counts, references_block
 
     train = cfg.data.train_split
     note = None
@@ -42,8 +44,6 @@ def text_references(
 
 def warn_if_not_learned(record: dict) -> bool:
     """Say on stderr when the record's NLL is not below the unigram reference of its tokens."""
-    from harness.logging import console
-    from harness.metrics.references import NOT_LEARNED, no_better_than_unigram
 
     nll = record["metrics"].get("nll")
     refs = record.get("references")

@@ -12,12 +12,13 @@ The Inception Score (only for the ``inception`` space) comes from ``logits_unbia
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import torch
 
 from harness.errors import PrimebenchError
-from harness.fid.features import FeatureSpace, as_rgb, extract
+from harness.fid.features import FeatureSpace, as_rgb, extract, register_with_torch_fidelity
 from harness.fid.frechet import frechet_distance, inception_score
 from harness.fid.reference import feature_stats, reference_images, reference_stats
 
@@ -55,8 +56,6 @@ class _ImageDataset(torch.utils.data.Dataset):
 
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
-        import difflib
-
         close = difflib.get_close_matches(backend, BACKENDS, n=1)
         raise PrimebenchError(
             f"unknown FID backend {backend!r}",
@@ -99,7 +98,7 @@ def fid_between(
             _, logits = extract(space, images, batch_size=batch_size, with_logits=True)
             is_mean, is_std = inception_score(logits, splits=IS_SPLITS)
     elif backend == "torchmetrics":
-        from torchmetrics.image.fid import FrechetInceptionDistance
+        from torchmetrics.image.fid import FrechetInceptionDistance  # deferred: an optional backend
 
         metric = FrechetInceptionDistance(feature=space.module, reset_real_features=True)
         for start in range(0, len(ref_images), batch_size):
@@ -112,9 +111,7 @@ def fid_between(
             _, logits = extract(space, images, batch_size=batch_size, with_logits=True)
             is_mean, is_std = inception_score(logits, splits=IS_SPLITS)
     else:
-        import torch_fidelity
-
-        from harness.fid.features import register_with_torch_fidelity
+        import torch_fidelity  # deferred: an optional backend, loaded only when chosen
 
         register_with_torch_fidelity()
         out = torch_fidelity.calculate_metrics(

@@ -18,7 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.data import get_image_dataset, to_images
+from harness.data.cache import cache_dir
 from harness.errors import PrimebenchError
+from harness.io import atomic_write_bytes
+from harness.logging import console
+from harness.safe_load import load_torch_file
 
 #: bump when the architecture or training recipe changes (invalidates the cache)
 RECIPE_VERSION = 1
@@ -90,13 +95,11 @@ class TrainedClassifier:
 
 
 def classifier_path(dataset: str, seed: int) -> Path:
-    from harness.data.cache import cache_dir
 
     return cache_dir("fid", "classifiers") / f"{dataset}-seed{seed}-v{RECIPE_VERSION}-e{EPOCHS.get(dataset)}.pt"
 
 
 def _dataset_images(spec: str) -> tuple[torch.Tensor, torch.Tensor]:
-    from harness.data import get_image_dataset, to_images
 
     ds = get_image_dataset(spec)
     return to_images(ds.tokens, ds), ds.labels
@@ -142,7 +145,6 @@ def train_classifier(dataset: str, *, seed: int = 0) -> tuple[DigitNet, float, i
 
 
 def save_classifier(net: DigitNet, path: Path, *, dataset: str, seed: int, accuracy: float, test_size: int) -> None:
-    from harness.io import atomic_write_bytes
 
     buffer = io.BytesIO()
     torch.save(
@@ -169,7 +171,6 @@ def read_classifier(path: Path) -> tuple[DigitNet, dict]:
             f"digit classifier weights {str(path)!r} do not exist",
             fix="load it with harness.fid.digits_classifier.load_classifier(DATASET) (trains and caches it)",
         )
-    from harness.safe_load import load_torch_file
 
     fix = f"delete {path} (the classifier is re-trained and cached on next use)"
     blob = load_torch_file(path, what="digit classifier cache", fix=fix)
@@ -193,7 +194,6 @@ def load_classifier(dataset: str, *, seed: int = 0) -> TrainedClassifier:
     if path.is_file():
         net, meta = read_classifier(path)
         return TrainedClassifier(net, dataset, seed, float(meta["accuracy"]), int(meta["test_size"]), path, False)
-    from harness.logging import console
 
     console().log(f"training the {dataset} feature classifier (seed {seed}); cached at {path}")
     net, accuracy, test_size = train_classifier(dataset, seed=seed)
@@ -208,7 +208,7 @@ def torch_fidelity_class():
     torch-fidelity builds extractors by name with keyword arguments; the classifier file travels in
     ``feature_extractor_weights_path``. Features: ``penultimate`` (FID, KID) and ``logits`` (ISC).
     """
-    from torch_fidelity.feature_extractor_base import FeatureExtractorBase
+    from torch_fidelity.feature_extractor_base import FeatureExtractorBase  # deferred: optional torch-fidelity
 
     class DigitClassifierFeatureExtractor(FeatureExtractorBase):
         def __init__(self, name, features_list, feature_extractor_weights_path=None, **kwargs):

@@ -18,7 +18,16 @@ from typing import Any
 
 import torch
 
+from harness.data import get_image_dataset, to_images
+from harness.data.images import is_image_spec, parse_image_spec
 from harness.errors import DataError, PrimebenchError
+from harness.evaluation import load_for_evaluation
+from harness.fid.backends import fid_between
+from harness.fid.features import default_features, get_feature_space
+from harness.fid.reference import reference_images
+from harness.records import Metric, make_record, model_block
+from harness.sampling import generate
+from harness.settings import changed
 
 #: CIFAR-10 FID as in MDM-Prime and DUO: 50,000 samples vs the 50,000 train images, Inception
 #: 2048-d pool features, torchmetrics FrechetInceptionDistance on uint8 images (DUO's input; MDM-Prime
@@ -35,7 +44,6 @@ PAPER_PROTOCOL: dict[str, Any] = {
 
 def paper_reference(reference: str | None) -> str:
     """``cifar10:PATH[:SPLIT]`` -> ``cifar10:PATH:train`` (the paper protocol's reference)."""
-    from harness.data.images import parse_image_spec
 
     if reference is None or not reference.startswith("cifar10:"):
         raise PrimebenchError(
@@ -47,7 +55,6 @@ def paper_reference(reference: str | None) -> str:
 
 def _image_corpus(corpus: str):
     """The :class:`~harness.data.images.ImageSpec` (train split) of an ``image:NAME`` corpus."""
-    from harness.data.images import is_image_spec, parse_image_spec
 
     if not is_image_spec(corpus):
         raise DataError(
@@ -65,7 +72,6 @@ def default_reference(corpus: str) -> str:
 
 def image_layout(corpus: str):
     """The :class:`ImageTokens` (train split) of an ``image:NAME`` corpus: layout and levels."""
-    from harness.data import get_image_dataset
 
     return get_image_dataset(_image_corpus(corpus))
 
@@ -103,8 +109,6 @@ class FIDSettings:
 
 def sample_images(model, layout, settings: FIDSettings) -> tuple[torch.Tensor, dict[str, Any]]:
     """Draw ``settings.samples`` images (uint8 (N, ch, H, W)) and the sampler's protocol."""
-    from harness.data import to_images
-    from harness.sampling import generate
 
     if model.seq_len != layout.seq_len:
         raise DataError(
@@ -127,7 +131,6 @@ def sample_images(model, layout, settings: FIDSettings) -> tuple[torch.Tensor, d
 
 
 def _metrics(result, space) -> dict:
-    from harness.records import Metric
 
     units = f"squared {space.name} feature units ({space.dim}-d)"
     metrics = {space.metric_name: Metric(result.fid, None, "estimate", units)}
@@ -169,10 +172,6 @@ def _protocol(settings: FIDSettings, space, layout, reference_size: int, sampler
 def fid_record(model, layout, settings: FIDSettings, *, model_block: dict | None = None) -> dict[str, Any]:
     """Sample from ``model`` (tokens in ``layout``), compute FID (and IS for Inception) against
     ``settings.reference`` (which must be set), return a record."""
-    from harness.fid.backends import fid_between
-    from harness.fid.features import default_features, get_feature_space
-    from harness.fid.reference import reference_images
-    from harness.records import make_record
 
     t0 = time.time()
     features = settings.features or default_features(settings.reference)
@@ -206,9 +205,6 @@ def run_fid(checkpoint: Path, settings: FIDSettings | None = None, **changes) ->
     CIFAR-10 train split of ``reference`` with the samples, features and backend of
     :data:`PAPER_PROTOCOL`.
     """
-    from harness.evaluation import load_for_evaluation
-    from harness.records import model_block
-    from harness.settings import changed
 
     s = changed(settings or FIDSettings(), changes, "FID")
     if s.paper_protocol:

@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from harness.errors import OfflineError, PrimebenchError
+from harness.fid.digits_classifier import FEATURE_DIM, load_classifier, torch_fidelity_class
 from harness.registry import Registry
+from harness.safe_load import plain_tensor_copy
 
 INCEPTION_WEIGHTS_FILE = "weights-inception-2015-12-05-6726825d.pth"
 INCEPTION_WEIGHTS_URL = f"https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/{INCEPTION_WEIGHTS_FILE}"
@@ -108,13 +110,12 @@ FEATURE_EXTRACTORS: Registry[Callable[..., FeatureSpace]] = Registry("feature ex
 
 @FEATURE_EXTRACTORS.register("inception")
 def _inception(*, inception_weights: str | Path | None = None, seed: int = 0) -> FeatureSpace:
-    from harness.safe_load import plain_tensor_copy
 
     path = inception_weights_path(inception_weights)
     fix = f"use the original {INCEPTION_WEIGHTS_FILE} ({INCEPTION_WEIGHTS_URL})"
     # torch-fidelity unpickles the file with weights_only=False: it only ever sees our plain copy
     plain = plain_tensor_copy(path, what="Inception weights", fix=fix)
-    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3  # deferred: optional
 
     try:
         net = FeatureExtractorInceptionV3(
@@ -151,7 +152,6 @@ def _inception(*, inception_weights: str | Path | None = None, seed: int = 0) ->
 
 
 def _classifier_space(name: str, dataset: str, *, seed: int) -> FeatureSpace:
-    from harness.fid.digits_classifier import FEATURE_DIM, load_classifier
 
     trained = load_classifier(dataset, seed=seed)
     net = trained.net
@@ -200,9 +200,8 @@ def default_features(reference_name: str) -> str:
 @functools.cache
 def register_with_torch_fidelity() -> None:
     """Register the classifier extractors in torch-fidelity's registry (once; not at import)."""
+    # deferred: torch-fidelity is optional and its registry is filled only when a backend asks
     from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
-
-    from harness.fid.digits_classifier import torch_fidelity_class
 
     cls = torch_fidelity_class()
     for name in ("digits-classifier", "mnist-classifier"):

@@ -12,6 +12,7 @@ as in torch-fidelity, torchmetrics and pytorch-fid.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from harness.errors import PrimebenchError
+from harness.io import atomic_write_bytes
 from harness.metrics.base import Accumulator
 
 
@@ -36,9 +38,6 @@ class GaussianStats:
 
     def save(self, path: Path) -> Path:
         """Write as ``.npz`` (atomically: readers see the old file or the whole new one)."""
-        import io
-
-        from harness.io import atomic_write_bytes
 
         buffer = io.BytesIO()
         np.savez(buffer, mean=self.mean, cov=self.cov, count=np.int64(self.count))

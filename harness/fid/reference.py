@@ -15,20 +15,20 @@ from pathlib import Path
 
 import torch
 
+from harness.data import get_image_dataset, to_images
+from harness.data.cache import cache_dir
 from harness.fid.features import FeatureSpace, extract
 from harness.fid.frechet import FeatureStats, GaussianStats
 
 
 def reference_images(spec: str):
     """uint8 images (N, ch, H, W) of an image dataset spec, with its :class:`ImageTokens`."""
-    from harness.data import get_image_dataset, to_images
 
     ds = get_image_dataset(spec)
     return to_images(ds.tokens, ds), ds
 
 
 def reference_cache_path(spec: str, space: FeatureSpace) -> Path:
-    from harness.data.cache import cache_dir
 
     digest = hashlib.sha256(spec.encode()).hexdigest()[:10]
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.split(":", 1)[0] + "-" + spec.rsplit(":", 1)[-1])

@@ -80,7 +80,7 @@ class ZeroShotSettings:
     the ``ema`` weights, both recorded.
     """
 
-    tasks: str | tuple[str, ...] | list[str] = ("wiki_rolling", "wiki_lastword")
+    tasks: str | tuple[str, ...] | list[str] = "wiki_rolling,wiki_lastword"
     mc_samples: int = 32
     batch_size: int = 16
     max_rows: int | None = None

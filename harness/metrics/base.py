@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
+
+from harness import distributed
 
 REDUCTIONS = ("sum", "cat")
 
@@ -76,9 +79,6 @@ class Accumulator:
     def all_reduce(self) -> None:
         """Sum the ``"sum"`` states over torch.distributed ranks in one collective and join the
         ``"cat"`` states in rank order; a no-op in a single process. Call once, before ``compute``."""
-        import torch.distributed as dist
-
-        from harness import distributed
 
         if not (dist.is_available() and dist.is_initialized()):
             return

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import InputError
+from harness.metrics.entropy import _log_base
 
 #: the n of distinct-n reported by :func:`diversity`
 ORDERS = (1, 2, 3, 4)
@@ -63,7 +64,6 @@ def _xlogx(c: float) -> float:
 
 def pooled_entropy(samples, *, base: str | int = "e") -> Pooled:
     """Unigram entropy of all samples' tokens counted together (nats for base "e", bits for 2)."""
-    from harness.metrics.entropy import _log_base
 
     scale = _log_base(base)
     rows = _samples(samples)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.errors import InputError
+from harness.errors import InputError, NumericalError
 from harness.metrics.base import Accumulator
 
 
@@ -172,8 +172,6 @@ def score_ids(judge, samples: list[list[int]], *, max_length: int, batch_size: i
                     else judge.features(encoded, max_length=max_length, batch_size=len(encoded))
                 )
             if not bool(torch.isfinite(nats).all()):  # the samples are ids: a NaN here is the judge's
-                from harness.errors import NumericalError
-
                 raise NumericalError(
                     f"the judge {judge.spec!r} gave non-finite log-likelihoods to the samples "
                     "(its outputs are NaN or inf); no Gen PPL can be computed",

@@ -10,7 +10,11 @@ the record.
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import torch
+
+from harness.errors import InputError
 
 #: the package's settings the harness passes (its defaults, spelled out so the record carries them)
 SETTINGS = {
@@ -42,11 +46,8 @@ def too_few_for_mauve(held_out: int, generated: int) -> str | None:
 def mauve_between(p_features: torch.Tensor, q_features: torch.Tensor, *, seed: int) -> tuple[float, dict]:
     """MAUVE of samples ``q_features`` (N, D) against held-out text ``p_features`` (M, D): ``(value in
     (0, 1], protocol)``; the protocol names the package, its version, the settings and both counts."""
-    from importlib.metadata import version
 
-    import mauve
-
-    from harness.errors import InputError
+    import mauve  # deferred: mauve-text and its scikit-learn load only when MAUVE is computed
 
     if p_features.shape[0] < 2 or q_features.shape[0] < 2:
         raise InputError("MAUVE needs at least 2 samples on each side", fix="draw more --samples, or pass --no-mauve")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from harness.errors import InputError
 from harness.metrics.base import Accumulator
@@ -72,7 +73,6 @@ class NLLAccumulator(Accumulator):
     def all_reduce(self) -> None:
         """The base's reduction of the states, and ``kind`` and ``num_samples`` from a rank that
         scored a batch (a rank that scored none has neither)."""
-        import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             described: list[Any] = [None] * dist.get_world_size()

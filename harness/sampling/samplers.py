@@ -38,6 +38,8 @@ from typing import Any
 import torch
 
 from harness.errors import PrimebenchError
+from harness.models import family_class
+from harness.models.base import ModelFamily
 from harness.registry import Registry
 from harness.resources import check_inference_fits
 from harness.sampling import ancestral, first_hitting
@@ -102,7 +104,6 @@ for _spec in (
 
 
 def _samplers_of(model) -> tuple[str, ...]:
-    from harness.models.base import ModelFamily
 
     if not isinstance(model, ModelFamily):
         raise PrimebenchError(
@@ -126,7 +127,6 @@ def token_by_token_sampler(model) -> str:
 
 def samplers_for(family: str) -> list[str]:
     """Names of the registered samplers that support ``family``."""
-    from harness.models import family_class
 
     return sorted(family_class(family).samplers)
 

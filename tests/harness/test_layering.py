@@ -90,3 +90,35 @@ def test_the_walk_sees_what_it_looks_for():
     assert [scope for _, scope in _reads_of(tree, "subtokens")] == ["A.f"]
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert len(imports) == 2
+
+
+#: packages whose function-level imports must each say why they are deferred (a heavy optional
+#: dependency, or a module the CLI reads at start-up without torch)
+EXPLAINED_IMPORTS = ("harness/evaluation", "harness/audit", "harness/fid", "harness/metrics", "harness/sampling")
+
+
+def test_an_import_inside_a_function_says_why_it_is_deferred():
+    """In the evaluation, audit, FID, metric and sampler packages every import sits at the top of its
+    module, except those deferred on purpose, which carry a ``deferred:`` comment on their line or on
+    the comment just above their import block."""
+    unexplained = []
+    for entry in EXPLAINED_IMPORTS:
+        for path in sorted((ROOT / entry).rglob("*.py")):
+            lines = path.read_text(encoding="utf-8").split("\n")
+            for fn in ast.walk(ast.parse("\n".join(lines))):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                        continue
+                    above = node.lineno - 2
+                    while above >= 0 and (
+                        not lines[above].strip() or lines[above].strip().startswith(("from ", "import "))
+                    ):
+                        above -= 1  # up the import block (its groups split by blank lines) to the comment over it
+                    told = "deferred" in lines[node.lineno - 1] or (
+                        above >= 0 and lines[above].strip().startswith("#") and "deferred" in lines[above]
+                    )
+                    if not told:
+                        unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not unexplained, "move these to the module top, or say why they wait:\n" + "\n".join(unexplained)
