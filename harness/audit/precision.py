@@ -232,7 +232,7 @@ def _audit_protocol(s: PrecisionSettings, spec, grid, names, marginal, protocols
             "marginal_entropy": float(-torch.special.xlogy(marginal, marginal).sum()) / _nats_per_unit(s.entropy_base),
         },
         "draw": s.draw if spec.name == "ancestral" else None,
-        "judge": None if s.judge is None else s.judge,
+        "judge": s.judge,
         "sampler_protocol": shared,
         "control_protocol": ({k: v for k, v in protocols[control].items() if k != "dtype"} if control else None),
     }

@@ -208,6 +208,7 @@ def _train_or_load(name: str, family: str, checkpoint: str | None, out: str, ext
     ], f"{out}/{name}"
 
 
+#: (every _plan_* function takes the same arguments so that plan() dispatches through _PLANS)
 #: the owt and zeroshot presets' models: (family, training overrides, evaluation options); BD3-LM's
 #: code keeps each row's first token visible and unscored (algo.ignore_bos), so its rows are scored that way
 TEXT_MODELS = {
