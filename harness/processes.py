@@ -145,6 +145,27 @@ class ForwardProcess(abc.ABC):
         joint = self.transition(z_t, alpha_t, alpha_s, dtype=dtype) * self.marginal(x0, alpha_s, dtype=dtype)
         return joint / joint.sum(-1, keepdim=True)
 
+    def posterior_parts(
+        self, z_t: torch.Tensor, x0_at_z: torch.Tensor, alpha_t: float, alpha_s: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The posterior as a three-part mixture, (...) float64 weights (unnormalised, they sum to
+        q_t(z_t | x_0)): stay at z_t, draw from x_0 (x_theta), draw from pi.
+
+        With r = alpha_t / alpha_s, q(z | v) = r [v = z] + (1 - r) pi(z), so Bayes' numerator
+        q(z | v) (alpha_s x_0(v) + (1 - alpha_s) pi(v)) splits into
+
+            r (alpha_s x_0(z) + (1 - alpha_s) pi(z)) [v = z]  +  (1 - r) pi(z) alpha_s x_0(v)
+            +  (1 - r) pi(z) (1 - alpha_s) pi(v),
+
+        so :meth:`posterior` is drawn exactly by picking a part by its weight and then a state from
+        it, without forming the (..., V) posterior (the posterior sampler's two-stage draw).
+        ``x0_at_z``: x_0's probability of the state z_t (0 for a noise-only state such as a mask)."""
+        pi_z = self.prior(dtype=torch.float64, device=z_t.device)[z_t]
+        r = alpha_t / alpha_s
+        at_z = x0_at_z.to(torch.float64)
+        stay = r * (alpha_s * at_z + (1 - alpha_s) * pi_z)
+        return stay, (1 - r) * alpha_s * pi_z, (1 - r) * (1 - alpha_s) * pi_z
+
     def elbo_integrand(
         self,
         log_x_theta: torch.Tensor,

@@ -34,7 +34,7 @@ from harness.cli.parsing import int_list_type
 @dtype_option("float32,float64", many=True)
 @method_option("mdlm-legacy")
 @draw_option("joint")
-@option("--sampler", "(ancestral for diffusion).")
+@option("--sampler", "(the family's default when unset).")
 @click.option(
     "--controls/--no-controls",
     default=True,

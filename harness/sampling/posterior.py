@@ -10,8 +10,21 @@ the marginal (UDLM's and DUO's reverse step), on the uniform grid t_k = 1 - k (1
 and after the last grid step the positions left in a noise-only state (the interpolating process's
 mask) are filled by ``noise_removal``. ``noise_removal="argmax"`` also replaces the draw of the last
 step by the denoiser's argmax (DUO's greedy tail); ``"sample"`` keeps the draw. Each step is one
-denoiser call for every sample (NFE = T); the posterior is computed and drawn in the settings'
-dtype with its ``method`` (:func:`harness.sampling.sample_categorical`).
+denoiser call for every sample (NFE = T).
+
+Two draws of the same law (``settings.draw``, as for the ancestral sampler):
+
+* ``two-stage`` (the default): the posterior is a mixture of three parts
+  (:meth:`harness.processes.ForwardProcess.posterior_parts`): stay at y_t, a token from x_theta, a
+  state from pi. One float64 uniform per position picks the part; the positions that pick x_theta
+  get their token by :func:`harness.sampling.categorical.sample_inverse_cdf` in the settings'
+  dtype, those that pick pi a draw from the prior. No (B, L, V) posterior is formed and no Gumbel
+  noise is drawn: at C = 50257 the step costs a cumulative sum over the positions that need a token;
+* ``joint`` (the reference, UDLM's and DUO's code): the (B, L, V) posterior formed in the settings'
+  dtype and drawn with its ``method`` (:func:`harness.sampling.sample_categorical`), the draw the
+  precision audit studies.
+
+The two give different samples for a seed and the same distribution (tested).
 """
 
 from __future__ import annotations
@@ -19,11 +32,31 @@ from __future__ import annotations
 import torch
 
 from harness.sampling.ancestral import time_grid
-from harness.sampling.categorical import sample_categorical
+from harness.sampling.categorical import sample_categorical, sample_inverse_cdf
 from harness.sampling.settings import BatchResult, SamplerSettings
 from harness.sampling.units import UnitModel, shaped_log_probs
 
 NOTES = {"posterior": "every position redrawn from q(x_s | x_t, x_theta) at each of the T steps"}
+
+
+def _draw(process, y, log_p, alpha_t: float, alpha_s: float, settings: SamplerSettings, generator) -> torch.Tensor:
+    """One reverse step's draw of every position: (B, L) states y_t, (B, L, C) log x_theta -> y_s."""
+    if settings.draw == "joint":
+        probs = torch.exp(log_p.to(settings.dtype))
+        post = process.posterior(y, probs, alpha_t, alpha_s, dtype=settings.dtype)
+        return sample_categorical(probs=post, method=settings.method, dtype=settings.dtype, generator=generator)
+    C = log_p.shape[-1]
+    token = y < C  # a noise-only state (a mask) has no x_theta mass
+    log_at_z = log_p.gather(-1, y.clamp_max(C - 1)[..., None])[..., 0]
+    at_z = torch.where(token, torch.exp(log_at_z.to(settings.dtype)), 0)
+    stay, theta, prior = process.posterior_parts(y, at_z, alpha_t, alpha_s)
+    u = torch.rand(y.shape, dtype=torch.float64, device=y.device, generator=generator) * (stay + theta + prior)
+    from_theta = (u >= stay) & (u < stay + theta)
+    y_next = process.noise(y, u >= stay + theta, generator=generator)
+    if bool(from_theta.any()):
+        probs = torch.exp(log_p[from_theta].to(settings.dtype))  # only the rows that draw a token
+        y_next[from_theta] = sample_inverse_cdf(probs, dtype=settings.dtype, generator=generator)
+    return y_next
 
 
 def run_posterior(
@@ -51,9 +84,7 @@ def run_posterior(
         if last and settings.noise_removal == "argmax" and settings.t_end == 0.0:
             y_next = log_p.argmax(-1)
         else:
-            probs = torch.exp(log_p.to(settings.dtype))
-            post = process.posterior(y, probs, alpha[k - 1], alpha[k], dtype=settings.dtype)
-            y_next = sample_categorical(probs=post, method=settings.method, dtype=settings.dtype, generator=generator)
+            y_next = _draw(process, y, log_p, float(alpha[k - 1]), float(alpha[k]), settings, generator)
         y_next = torch.where(fixed, y, y_next)
         idle += (y_next == y).all(-1).long()
         y = y_next

@@ -232,7 +232,7 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
     if not (isinstance(t_end, (int, float)) and 0.0 <= t_end < 1.0):
         raise PrimebenchError(f"t_end must lie in [0, 1), got {t_end!r}", fix="0 (default) or MDLM's 1e-5")
     if draw not in DRAWS:
-        raise PrimebenchError(f"unknown ancestral draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
+        raise PrimebenchError(f"unknown draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
     if cache is None:  # the two-stage draw's cache is exact for every network
         cache = draw == "two-stage" or not bool(model.time_conditioning)
     return SamplerSettings(
@@ -306,7 +306,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
         "steps": settings.steps if spec.uses_steps else "one per generated unit",
         "dtype": str(settings.dtype).removeprefix("torch."),
         "method": settings.method,
-        "draw": settings.draw if spec.name == "ancestral" else None,
+        "draw": settings.draw if grid_sampler else None,
         "temperature": settings.temperature,
         "nucleus_p": settings.nucleus_p,
         "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
@@ -372,10 +372,11 @@ def generate(
     samples). ``prefix``: (N or 1, P) token ids kept fixed at the first P positions (never masked,
     never changed). ``bos_id``: the ARM's first token when no prefix is given (other samplers
     ignore it). ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest).
-    ``draw``: the ancestral step's draw, ``two-stage`` (reveal, then token by inverse CDF; exact
-    and cheap) or ``joint`` (the family's joint draw with ``method``, MDLM's over C + 1 outcomes;
-    the reference for audits). ``seq_len``: a shorter canvas than the model's (the model is not
-    changed).
+    ``draw``: the ancestral and posterior steps' draw, ``two-stage`` (reveal, then token by inverse
+    CDF; the posterior sampler: pick a part of the posterior's mixture, then a token; exact and
+    cheap) or ``joint`` (the family's joint draw with ``method``, MDLM's over C + 1 outcomes; the
+    whole posterior for the posterior sampler; the reference for audits). ``seq_len``: a shorter
+    canvas than the model's (the model is not changed).
     The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
 
     Returns a :class:`~harness.sampling.settings.SampleOutput`: ``tokens`` (num_samples, L) ids in

@@ -86,11 +86,13 @@ def test_the_elbo_bounds_the_models_own_chain(model):
         assert elbo >= float(exact[s]) - 5e-3, (x0, elbo, float(exact[s]))
 
 
-def test_sampler_draws_the_chain(model):
-    """The posterior sampler's law over the 9 states is the chain's (T = 4, float64, 4000 draws)."""
+@pytest.mark.parametrize("draw", ["two-stage", "joint"])
+def test_sampler_draws_the_chain(model, draw):
+    """The posterior sampler's law over the 9 states is the chain's (T = 4, float64, 4000 draws), with
+    either draw of a step: the posterior's parts then a token, or the whole posterior."""
     T = 4
-    out = generate(model, num_samples=4000, batch_size=4000, steps=T, generator=0, noise_removal="sample")
-    assert out.protocol["sampler"] == "posterior" and bool((out.nfe == T).all())
+    out = generate(model, num_samples=4000, batch_size=4000, steps=T, generator=0, noise_removal="sample", draw=draw)
+    assert out.protocol["sampler"] == "posterior" and out.protocol["draw"] == draw and bool((out.nfe == T).all())
     index = (out.tokens * torch.tensor([C, 1])).sum(-1)
     freq = torch.bincount(index, minlength=len(STATES)).double() / 4000
     want = torch.exp(-_chain_nll(model, T))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from harness import diffusion
 from harness.errors import InputError, PrimebenchError
@@ -69,6 +70,22 @@ def test_posterior_is_bayes_by_enumeration(process: ForwardProcess):
     z = torch.randint(process.states, (6,))
     post = process.posterior(z, probs, a_t, a_s)
     assert torch.allclose(post.sum(-1), torch.ones(6, dtype=F64)) and bool((post >= 0).all())
+
+
+@pytest.mark.parametrize("process", PROCESS_CASES, ids=IDS)
+def test_posterior_parts_make_the_posterior(process: ForwardProcess):
+    """stay [v = z] + from_x0 x(v) + from_pi pi(v), normalised, is the posterior for ids and for
+    probabilities, at every state z (a mask included); the weights sum to q_t(z | x)."""
+    a_s, a_t = 0.8, 0.35
+    probs = torch.softmax(torch.randn(process.states, C, dtype=F64), -1)
+    z = torch.arange(process.states)
+    at_z = torch.cat([probs.diagonal()[: min(C, process.states)], torch.zeros(process.states - C, dtype=F64)])
+    stay, theta, prior = process.posterior_parts(z, at_z, a_t, a_s)
+    x = F.pad(probs, (0, process.states - C))
+    mix = stay[:, None] * torch.eye(process.states, dtype=F64) + theta[:, None] * x + prior[:, None] * process.prior()
+    assert torch.allclose(mix / mix.sum(-1, keepdim=True), process.posterior(z, probs, a_t, a_s))
+    q_t = process.marginal(probs, torch.tensor(a_t, dtype=F64)).gather(-1, z[:, None])[:, 0]
+    assert torch.allclose(stay + theta + prior, q_t)
 
 
 def test_absorbing_reverse_step_is_mdlms():
