@@ -7,13 +7,13 @@ import time
 import torch
 
 from harness.bench.measure import Figure, PeakRSS
+from harness.judges import load_judge
+from harness.metrics.genppl import score_ids
 
 
 def judge_figures(*, samples=8, length=256, device="cpu"):
     """Stage 7: the smollm2 judge's scoring throughput on ``samples`` random sequences of ``length``
     tokens, and the peak resident memory of loading it and of scoring. Returns three :class:`Figure`."""
-    from harness.judges import load_judge
-    from harness.metrics.genppl import score_ids
 
     with PeakRSS() as load_mem:
         judge = load_judge("smollm2", device=device)

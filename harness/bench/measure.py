@@ -51,6 +51,7 @@ class PeakRSS:
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * 4096
         except OSError:  # not Linux: the lifetime peak instead
+            # deferred: POSIX-only, read only off Linux
             import resource
 
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -6,7 +6,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.bench.measure import C_GPT2, Figure, block_matmuls, median_time, sync_for
+from harness.backbone import Backbone, BackboneConfig
+from harness.bench.measure import C_GPT2, Figure, PeakRSS, block_matmuls, median_time, sync_for
+from harness.models import build_model, family_class, family_names
+from harness.resources import inference_for_model, training_step_bytes
+from harness.sampling import generate
+from harness.training import EMA, make_optimizer
 
 
 def backbone_flops(B: int, L: int, d: int, layers: int, vocab_out: int) -> int:
@@ -16,7 +21,6 @@ def backbone_flops(B: int, L: int, d: int, layers: int, vocab_out: int) -> int:
 
 
 def _our_backbone(B, L, d, layers, heads, vocab, device):
-    from harness.backbone import Backbone, BackboneConfig
 
     net = (
         Backbone(
@@ -82,8 +86,6 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
 def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats=3, ceiling: float, device="cpu"):
     """Stage 3: a training step of MDLM as the trainer runs it (loss, backward, clip, AdamW, EMA) as a
     fraction of ``ceiling`` (FLOP/s), counting 3x the forward FLOPs. Returns one :class:`Figure`."""
-    from harness.models import build_model
-    from harness.training import EMA, make_optimizer
 
     model = build_model("mdlm", vocab_size=vocab, seq_len=L, d_model=d, n_layers=layers, n_heads=heads).to(device)
     model.train()
@@ -98,8 +100,6 @@ def train_step_figure(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repea
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
         ema.update(model)
-
-    from harness.resources import training_step_bytes
 
     estimate = training_step_bytes(
         batch=B,
@@ -140,7 +140,6 @@ def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=
     16), per Monte-Carlo sample over the exact family's NLL (the ARM), same backbone size, ``C``
     classes. Returns the ARM's seconds, then one ratio per setting, each against its family's
     ``bench_nll_cost_target`` (BD3-LM's network reads 2L positions and scores L, so 2.5x, not 1.25x)."""
-    from harness.models import build_model, family_class, family_names
 
     common = dict(vocab_size=C, seq_len=L, d_model=d, n_layers=layers, n_heads=heads)
     x0 = torch.randint(0, C, (B, L), generator=torch.Generator().manual_seed(0)).to(device)
@@ -193,10 +192,6 @@ def inference_memory_figures(*, B=8, L=256, d=256, layers=4, heads=4, vocab=C_GP
     the process's resident memory (CUDA: of the allocator's peak) during one evaluation batch (MDLM's
     NLL, one Monte-Carlo sample) and one sampler run (4 ancestral steps in float64) of ``B`` rows of
     ``L`` tokens. The estimate is meant to lie on the upper side: the mark says whether it does."""
-    from harness.bench.measure import PeakRSS
-    from harness.models import build_model
-    from harness.resources import inference_for_model
-    from harness.sampling import generate
 
     model = build_model("mdlm", vocab_size=vocab, seq_len=L, d_model=d, n_layers=layers, n_heads=heads).to(device)
     model.eval()

@@ -3,6 +3,8 @@ that record as Markdown."""
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +15,7 @@ from harness.bench.judge import judge_figures
 from harness.bench.measure import Figure, PeakRSS, block_matmuls, gemm_throughput
 from harness.bench.network import forward_figures, inference_memory_figures, nll_cost_figures, train_step_figure
 from harness.bench.sampling import precision_cost_figures, sampling_figures
+from harness.records import make_record
 
 
 def run_bench(
@@ -26,7 +29,6 @@ def run_bench(
     figures and each stage's peak resident memory. ``quick``: fewer repeats and smaller runs; ``log``
     is called with each stage's name as it starts. The GEMM ceiling is measured within the first stage
     run (the throughput fractions need it), and reported as a figure only by the ``gemm`` stage."""
-    from harness.records import make_record
 
     began = time.time()
     repeats = 3 if quick else 5
@@ -116,8 +118,6 @@ def run_bench(
 
 def machine_description(device: str = "cpu") -> str:
     """The GPU's name on CUDA, else the CPU model and its number of logical CPUs."""
-    import os
-    import platform
 
     if str(device).startswith("cuda"):
         return torch.cuda.get_device_name()

@@ -7,12 +7,14 @@ from __future__ import annotations
 import statistics
 import time
 
+from harness.audit.idle import idle_step_ratio
 from harness.bench.measure import C_GPT2, Figure, median_time
+from harness.models import build_model
+from harness.sampling import generate
 
 
 def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32, **extra):
     """A one-block network: the sampler's own cost at C classes dominates, as it does at scale."""
-    from harness.models import build_model
 
     kw = dict(vocab_size=C, seq_len=L, d_model=d * (ell or 1), n_layers=1, n_heads=2, schedule="linear", **extra)
     if ell:
@@ -22,7 +24,6 @@ def _tiny_sampler_model(family, *, C, L, ell=None, device="cpu", d=32, **extra):
 
 def _timed(model, sampler, **kw):
     """``(SampleOutput, seconds)`` of one :func:`harness.sampling.generate` call seeded with 0."""
-    from harness.sampling import generate
 
     began = time.perf_counter()
     res = generate(model, sampler, generator=0, **kw)
@@ -36,7 +37,6 @@ def _mean_nfe(res) -> float:
 def _nfe_figure(label, family, *, L, T, nfe_samples, device, ell=None) -> Figure:
     """The cached ancestral sampler's mean NFE over its expectation T (1 - ISR), on a C = 1000 model
     (the statistic does not depend on C or the network), from ``nfe_samples`` samples."""
-    from harness.audit.idle import idle_step_ratio
 
     small = _tiny_sampler_model(family, C=1000, L=L, ell=ell, device=device, d=16)
     res, _ = _timed(small, "ancestral", num_samples=nfe_samples, batch_size=nfe_samples, steps=T)
@@ -198,7 +198,6 @@ def precision_cost_figures(*, L=256, T=256, C=C_GPT2, samples=4, repeats=1, devi
     """Stage 6: a whole MDLM sampling run (``T`` steps, ``samples`` samples) with float64 draws over the
     same run in float32, for the two-stage draw (target <= 1.10) and the joint draw. Returns two
     :class:`Figure`."""
-    from harness.sampling import generate
 
     mdlm = _tiny_sampler_model("mdlm", C=C, L=L, device=device)
     out = []

@@ -188,6 +188,7 @@ def _no_arg(name: str, arg: str) -> None:
 @IMAGE_DATASETS.register("digits")
 def _load_digits(arg: str, split: str) -> ImageTokens:
     _no_arg("digits", arg)
+    # deferred: scikit-learn (about 1 s to import) only for the digits images
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)

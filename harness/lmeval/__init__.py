@@ -19,9 +19,18 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from harness.errors import PrimebenchError
+from harness.evaluation import load_for_evaluation
+from harness.lmeval.adapter import PrimebenchLM
+from harness.lmeval.tasks import load_tasks, parse_tasks
+from harness.records import Metric, make_record, model_block
+from harness.settings import changed
 
 #: metrics that are monotone in the log-likelihood (a bound on it makes them bounds), with units
 BOUND_METRICS = {
@@ -49,7 +58,6 @@ def _units(metric: str) -> str:
 
 def metrics_from_results(results: dict[str, Any], *, kind: str, output_types: dict[str, str]) -> dict:
     """lm-eval's ``results`` -> ``{"task/metric": Metric}`` (a filter other than ``none`` is kept as ``@filter``)."""
-    from harness.records import Metric
 
     groups = results.get("group_subtasks", {})
     out: dict[str, Metric] = {}
@@ -96,13 +104,8 @@ class ZeroShotSettings:
 
 
 def _settings(settings: ZeroShotSettings | None, changes: dict[str, Any]) -> ZeroShotSettings:
-    from harness.errors import PrimebenchError
-    from harness.settings import changed
-
     limit = changes.pop("limit", None)
     if limit is not None:
-        import warnings
-
         warnings.warn("run_zeroshot(limit=) is deprecated; use max_rows=", DeprecationWarning, stacklevel=3)
         if changes.get("max_rows") is None:
             changes["max_rows"] = limit
@@ -124,7 +127,6 @@ def _output_types(loaded: dict) -> dict[str, str]:
 
 
 def _protocol(s: ZeroShotSettings, names, results: dict, local: dict, output_types: dict, model, tokenizer, lm):
-    from importlib import metadata
 
     protocol = {
         "tasks": names,
@@ -165,12 +167,8 @@ def run_zeroshot(checkpoint, settings: ZeroShotSettings | None = None, **changes
     ``changes`` by field name on top; ``limit`` is the old spelling of ``max_rows``, accepted with a
     deprecation warning for one release. Every row starts with the tokenizer's BOS, given as context
     and never scored (what ``eval ppl --ignore-bos`` does for a whole row)."""
+    # deferred: lm-eval is slow to import and only zero-shot runs need it
     import lm_eval  # the optional zero-shot dependency, loaded only by this evaluation
-
-    from harness.evaluation import load_for_evaluation
-    from harness.lmeval.adapter import PrimebenchLM
-    from harness.lmeval.tasks import load_tasks, parse_tasks
-    from harness.records import make_record, model_block
 
     s = _settings(settings, changes)
     t0 = time.time()

@@ -46,6 +46,8 @@ from harness.lmeval.requests import (
     seed_of,
     split_context,
 )
+from harness.logging import console
+from harness.sampling import SAMPLERS, generate, sampler_for
 
 
 class PrimebenchLM(LM):
@@ -223,7 +225,6 @@ class PrimebenchLM(LM):
         """Nats of each item's continuation: exact (ARM) or the K-sample bound (diffusion)."""
         if not items:
             return []
-        from harness.logging import console
 
         K = self.samples_per_request
         rows = len(items) * (K + int(greedy and self.model.uses_time_sampler))
@@ -266,7 +267,6 @@ class PrimebenchLM(LM):
 
     # -- generation -----------------------------------------------------------------------------
     def _generate_one(self, index: int, request) -> str:
-        from harness.sampling import SAMPLERS, generate, sampler_for
 
         context, gen_kwargs = request.args[0], dict(request.args[1] or {})
         until = gen_kwargs.pop("until", None) or []

@@ -33,8 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.data.cache import cache_dir
+from harness.data.corpora import get_corpus
 from harness.errors import OfflineError, PrimebenchError
 from harness.io import atomic_write_text, file_sha256
+from harness.offline import (
+    hf_cache_holds_datasets,
+    hf_offline,
+    hub_reachable,
+    hub_unreachable_reason,
+    is_network_error,
+    offline_mode,
+)
 
 TASKS_VERSION = 1  # bump when a task's data or config changes: new cache folder, new hashes
 LOCAL_TASKS = ("wiki_rolling", "wiki_lastword")
@@ -169,7 +178,6 @@ def lastword_config(name: str, path: Path) -> dict[str, Any]:
 
 def local_task(name: str) -> LocalTask:
     """Write (if needed) the data of local task ``name`` and return it with its config."""
-    from harness.data.corpora import get_corpus
 
     corpus = get_corpus("wiki-embedded")
     articles = corpus.documents("validation")
@@ -210,7 +218,6 @@ def load_tasks(names: list[str]) -> tuple[dict[str, Any], dict[str, LocalTask]]:
     cached dataset loads and any other fails at once rather than after the libraries' retries; with
     nothing in the Hugging Face cache it fails before lm-eval even indexes its tasks.
     """
-    from harness.offline import hf_cache_holds_datasets, hf_offline, hub_reachable, hub_unreachable_reason, offline_mode
 
     remote = [n for n in names if n not in LOCAL_TASKS]
     switched_off = hf_offline()
@@ -245,9 +252,8 @@ def load_tasks(names: list[str]) -> tuple[dict[str, Any], dict[str, LocalTask]]:
 def _load_tasks(
     names: list[str], remote: list[str], *, offline_why: str | None, offline_fix: str
 ) -> tuple[dict[str, Any], dict[str, LocalTask]]:
+    # deferred: lm-eval is slow to import and only zero-shot runs need it
     from lm_eval.tasks import TaskManager
-
-    from harness.offline import is_network_error
 
     local = {n: local_task(n) for n in names if n in LOCAL_TASKS}
     manager = TaskManager(include_defaults=bool(remote))

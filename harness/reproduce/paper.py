@@ -15,7 +15,10 @@ in hours only where a measured throughput for the named GPU is given (``--tflops
 
 from __future__ import annotations
 
+import difflib
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,8 +431,6 @@ def plan(
     for cifar10-fid) to an imported checkpoint source used instead of training it; ``bd3lm`` is the
     BD3-LM release unless named (its recipe fine-tunes a long MDLM run; the plan does not train it)."""
     if preset not in PRESETS:
-        import difflib
-
         close = difflib.get_close_matches(preset, PRESETS, n=1)
         raise PrimebenchError(
             f"unknown paper-scale preset {preset!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
@@ -476,8 +477,6 @@ def describe(preset: str, steps: list[Step], *, nproc: int = 1, tflops: float | 
 
 def run_plan(steps: list[Step], *, nproc: int = 1, log=None) -> None:
     """Run every step's command in order (through torchrun when ``nproc`` > 1); stop at the first failure."""
-    import subprocess
-    import sys
 
     log = log or (lambda message: None)
     for i, s in enumerate(steps, 1):

@@ -28,6 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from harness.audit.gumbel import entropy
+from harness.audit.precision import all_masked_marginal, audit_checkpoint
+from harness.config import load_config
+from harness.errors import PrimebenchError
+from harness.evaluation import load_for_evaluation
+from harness.logging import console, progress
+from harness.metrics.entropy import MeanEntropy
+from harness.records import Metric, make_record
+from harness.reproduce.report import write_precision_report
+from harness.reproduce.stages import Stages
+
 MODELS = ("mdlm", "prime")
 AUDIT = dict(
     steps=[16, 64, 256], num_samples=8, dtypes=["float32", "float64"], method="mdlm-legacy", batch_size=8, seed=0
@@ -57,12 +70,6 @@ def predict(model, *, steps: list[int], dtypes: list[str], seq_len: int, mc_samp
     an estimate: the law is exact for the context-free model, which only approximates the real one. A model
     sampled in sub-tokens (Prime) draws its token over C classes with no stay mass, so its law is the
     grid law of the marginal at every T; the others follow MDLM's joint draw over C + 1 outcomes."""
-    import torch
-
-    from harness.audit.gumbel import entropy
-    from harness.audit.precision import all_masked_marginal
-    from harness.metrics.entropy import MeanEntropy
-    from harness.records import Metric, make_record
 
     p = all_masked_marginal(model)
     surprisal = -p.log()
@@ -124,13 +131,6 @@ def run_precision(
     ``steps`` overrides ``train.steps`` (a smoke run); ``audit_steps`` the sweep of T; ``samples``
     the samples per run: one number for every model, or ``{model: n}`` for some of them (the others keep
     :data:`SAMPLES`); the batch is at most ``AUDIT``'s."""
-    from harness.audit.precision import audit_checkpoint
-    from harness.config import load_config
-    from harness.errors import PrimebenchError
-    from harness.evaluation import load_for_evaluation
-    from harness.logging import console, progress
-    from harness.reproduce.report import write_precision_report
-    from harness.reproduce.stages import Stages
 
     out = Path(out)
     overrides = (

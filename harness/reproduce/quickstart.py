@@ -28,6 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.audit.bound import toy_audit
+from harness.audit.gumbel_audit import gumbel_audit
+from harness.audit.idle_measure import idle_audit
+from harness.audit.precision import audit_checkpoint
+from harness.config import load_config
+from harness.evaluation.genppl import run_genppl
+from harness.evaluation.ppl import run_ppl
+from harness.fid.evaluate import run_fid
+from harness.judges import check_judge_spec, load_judge
+from harness.lmeval import run_zeroshot
+from harness.logging import console, progress
+from harness.reproduce.report import write_report
+from harness.reproduce.stages import Stages
+
 MODELS = ("arm", "bd3lm", "mdlm", "masked", "prime2", "prime4")
 IMAGE_MODELS = ("digits-mdlm", "digits-prime")
 GENPPL = dict(samples=8, batch_size=8, method="gumbel", seed=0)
@@ -101,11 +115,6 @@ def run_quickstart(
     ``samples``: Gen-PPL samples per model and dtype (FID draws 50 times as many, at most
     ``FID["samples"]``; the precision audit as many as Gen PPL).
     """
-    from harness.config import load_config
-    from harness.judges import check_judge_spec
-    from harness.logging import console, progress
-    from harness.reproduce.report import write_report
-    from harness.reproduce.stages import Stages
 
     if judge:
         check_judge_spec(judge)  # before minutes of training
@@ -146,8 +155,6 @@ def run_quickstart(
 def _image_stages(stages, cfgs, out: Path, *, samples: int, max_rows: int | None) -> list[dict[str, Any]]:
     """Bits per dimension and FID of each image model (FID draws 50 times the Gen PPL samples, at
     most ``FID["samples"]``)."""
-    from harness.evaluation.ppl import run_ppl
-    from harness.fid.evaluate import run_fid
 
     images = []
     for name in IMAGE_MODELS:
@@ -172,10 +179,6 @@ def _image_stages(stages, cfgs, out: Path, *, samples: int, max_rows: int | None
 def _audit_stages(stages, cfgs, out: Path, *, precision: dict, batch: int, log) -> dict[str, dict[str, Any]]:
     """The idle-step (paper shapes and ours), toy bound, precision and Gumbel audits' records, by
     :class:`QuickstartRecords` field."""
-    from harness.audit.bound import toy_audit
-    from harness.audit.gumbel_audit import gumbel_audit
-    from harness.audit.idle_measure import idle_audit
-    from harness.audit.precision import audit_checkpoint
 
     length = cfgs["arm"].data.seq_len
     idle_here_kw = dict(length=length, steps=length, ells=[1, 2, 4], runs=3, batch=batch)
@@ -219,9 +222,6 @@ def text_stages(
 ):
     """Perplexity, Gen PPL (per dtype, the judge loaded once and only when a stage needs it) and zero-shot
     records of the text ``models`` trained under ``stages.out``: (ppl, genppl, zeroshot) lists."""
-    from harness.evaluation.genppl import run_genppl
-    from harness.evaluation.ppl import run_ppl
-    from harness.lmeval import run_zeroshot
 
     out = stages.out
     ppl_records = [
@@ -238,8 +238,6 @@ def text_stages(
             refs = dtype == dtypes[-1]
             config = dict(checkpoint_config(name, cfgs[name]), **genppl, dtype=dtype, judge=judge, references=refs)
             if judge_obj is None and not stages.matches(f"genppl-{name}-{dtype}", config):
-                from harness.judges import load_judge
-
                 stages.log(f"loading the judge {judge!r} (once)")
                 judge_obj = load_judge(judge)
             gen_records.append(

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import InputError
+from harness.records import training_seed
+from harness.views.table import Cell, Column, Footnote, Table
 
 Z = 2.0  # how many seed standard errors a difference must exceed
 _SEED_NAME = re.compile(r"^(?P<base>.+)-seed(?P<seed>[1-9][0-9]*)$")
@@ -123,7 +125,6 @@ def _model_key(record: dict[str, Any]) -> str:
 
 
 def _seed(record: dict[str, Any]) -> int:
-    from harness.records import training_seed
 
     return training_seed(record.get("model", {}))
 
@@ -170,7 +171,6 @@ def _num(x: float | None, missing: str = "–") -> str:
 
 def _mean_cell(s: SeedSummary, kind: str | None):
     """The mean with the seeds' standard error, or with one seed its Monte-Carlo error."""
-    from harness.views.table import Cell
 
     return Cell(s.mean, s.seed_error if s.n > 1 else s.mc_error, kind)
 
@@ -178,7 +178,6 @@ def _mean_cell(s: SeedSummary, kind: str | None):
 def seed_table(ppl_records: Sequence[dict[str, Any]]):
     """Mean over seeds of each model's valid bound (exact for the ARM) and of Prime's paper objective,
     with the seed-to-seed spread beside the Monte-Carlo error, and the gap to the unigram reference."""
-    from harness.views.table import Cell, Column, Footnote, Table
 
     objective = {s.model: s for s in summarise(ppl_records, "nll_token_joint")}
     rows = []
@@ -224,7 +223,6 @@ def seed_table(ppl_records: Sequence[dict[str, Any]]):
 
 def seed_difference_table(ppl_records: Sequence[dict[str, Any]]):
     """Every pair of models: the difference of their mean NLL and whether it exceeds the seed spread."""
-    from harness.views.table import Cell, Column, Footnote, Table
 
     rows = []
     for d in differences(summarise(ppl_records, "nll")):

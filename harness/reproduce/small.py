@@ -17,11 +17,20 @@ paired error is smaller).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import load_config, preset_names
 from harness.errors import InputError
+from harness.judges import check_judge_spec
+from harness.logging import console, progress
+from harness.records import training_seed
+from harness.reproduce.quickstart import text_stages
+from harness.reproduce.report import write_small_report
+from harness.reproduce.seeds import base_name, seed_name, seed_overrides
+from harness.reproduce.stages import Stages
 
 #: the first models of the job, in the order they were added to it
 FIRST_MODELS = (
@@ -41,7 +50,6 @@ FIRST_MODELS = (
 def _job_models() -> tuple[str, ...]:
     """:data:`FIRST_MODELS`, then every other ``small/`` preset by name: a config placed in
     ``harness/configs/small/`` joins the job without an edit here."""
-    from harness.config import preset_names
 
     later = sorted(
         n.removeprefix("small/") for n in preset_names() if n.startswith("small/") and n[6:] not in FIRST_MODELS
@@ -68,8 +76,6 @@ def small_configs(seeds: int = 1, steps: int | None = None, first_seed: int = 0)
     """Stage name -> config of every model and seed ``first_seed .. first_seed + seeds - 1``, in seed
     order: seed 0 is the preset as it is (stage ``NAME``), seed s > 0 is ``NAME-seed{s}`` with
     ``seed=s``; ``steps`` overrides every model's ``train.steps``."""
-    from harness.config import load_config
-    from harness.reproduce.seeds import seed_name, seed_overrides
 
     if seeds < 1:
         raise InputError(f"seeds must be at least 1, got {seeds}")
@@ -108,12 +114,6 @@ def run_small(
     ``models``: the job's models to train and evaluate (default: all of :data:`MODELS`); the records
     of its other models already in ``OUT/records`` (an earlier run of the job, kept whole) are read
     back into the tables (:func:`kept_records`)."""
-    from harness.judges import check_judge_spec
-    from harness.logging import console, progress
-    from harness.reproduce.quickstart import text_stages
-    from harness.reproduce.report import write_small_report
-    from harness.reproduce.seeds import base_name, seed_name
-    from harness.reproduce.stages import Stages
 
     check_judge_spec(judge)
     chosen = tuple(MODELS if models is None else models)
@@ -162,7 +162,6 @@ def run_small(
 
 def _seed_key(record: dict[str, Any]) -> tuple[str, int]:
     """(config name, training seed) of a record."""
-    from harness.records import training_seed
 
     return record["model"].get("name"), training_seed(record["model"])
 
@@ -176,7 +175,6 @@ def kept_records(out: Path, kind: str, names) -> list[dict[str, Any]]:
     ``OUT/records`` of the models named ``names`` (config names, e.g. ``small-arm``), one per model
     and training seed (the newest file when there are several), in name and seed order. Unreadable
     files are skipped."""
-    import json
 
     found: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
     for path in sorted((Path(out) / "records").glob("*.json")):

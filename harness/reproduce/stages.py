@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
+from harness.io import atomic_write_text
+from harness.records import record_json
+from harness.training import train
 
 STAGE_SCHEMA = "primebench-stage/1"
 
@@ -68,7 +71,6 @@ class Stages:
         return data if isinstance(data, dict) and data.get("schema") == STAGE_SCHEMA else None
 
     def _write_manifest(self, name: str, config: dict[str, Any], status: str, **extra: Any) -> None:
-        from harness.io import atomic_write_text
 
         data = {
             "schema": STAGE_SCHEMA,
@@ -97,8 +99,6 @@ class Stages:
     def record(self, name: str, config: dict[str, Any], make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """The record of stage ``name`` (``OUT/records/NAME.json``): read back when the stage is done
         with this config, otherwise computed by ``make()`` and written."""
-        from harness.io import atomic_write_text
-        from harness.records import record_json
 
         path = self.out / "records" / f"{name}.json"
         if path.exists() and self.matches(name, config, "done"):
@@ -123,7 +123,6 @@ class Stages:
     def train(self, name: str, cfg) -> Path:
         """Train ``cfg`` into ``OUT/NAME`` unless that checkpoint is finished with this config;
         resume an interrupted run of the same config; discard one of another config."""
-        from harness.training import train
 
         ckpt = self.out / name
         config = {"train": cfg.to_dict()}

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 
+from rich.console import Console
+from rich.table import Table
+
 from harness.views.entries import Layout
 
 LAYOUT = Layout(
@@ -35,7 +38,6 @@ def _cell(value, stderr=None, ppl: bool = False) -> str:
 
 
 def _table(audit):
-    from rich.table import Table
 
     checkpoint = audit.protocol.get("source") == "checkpoint"
     title = (
@@ -109,7 +111,6 @@ def _summary(audit) -> str:
 
 def render_bound(audit) -> None:
     """A :class:`~harness.audit.bound.BoundAudit` on stdout: the table, then the findings in words."""
-    from rich.console import Console
 
     out = Console(width=220)
     out.print(_table(audit))

@@ -3,12 +3,13 @@ tokens under a tokenizer) and its most frequent tokens."""
 
 from __future__ import annotations
 
+from rich.table import Table
+
+from harness.logging import stdout_console
+
 
 def render_corpus_info(info: dict) -> None:
     """``info`` (:func:`harness.data.corpus_info`) on stdout; token columns only when it has a tokenizer."""
-    from rich.table import Table
-
-    from harness.logging import stdout_console
 
     tok = info.get("tokenizer") is not None
     table = Table(title=f"{info['spec']}  (sha256 {info['sha256'][:12]})")

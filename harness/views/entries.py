@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import PrimebenchError
+from harness.records import training_seed
 from harness.views.table import Cell
 
 #: sort rank of a record whose model block has no ``order`` (after every ranked family)
@@ -137,7 +138,6 @@ def unique_labels(items: list[Entry], extra=lambda e: ()) -> None:
     """Make labels unique: a duplicate trained with another seed than the preset's (the config's
     ``seed`` > 0, as ``reproduce small --seeds`` trains them) gets ' (seed S)'; the duplicates left get
     ' (2)', ' (3)' ... in order."""
-    from harness.records import training_seed
 
     counts = Counter((e.label, *extra(e)) for e in items)
     for e in items:

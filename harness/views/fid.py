@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+from rich.table import Table
+
+from harness.logging import stdout_console
 from harness.views.entries import Layout
 
 LAYOUT = Layout(
@@ -18,10 +22,6 @@ LAYOUT = Layout(
 def render_fid(record: dict) -> None:
     """One ``fid`` record on stdout: its metrics, the feature space and the sampler; a non-Inception
     space is named as such (its numbers are not comparable to published FID)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from harness.logging import stdout_console
 
     p = record["protocol"]
     s = p.get("sampler") or {}

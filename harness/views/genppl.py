@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from harness.views.entries import Layout
+import math
+
+from rich.table import Table
+
+from harness.logging import stdout_console
+from harness.views.entries import Layout, metric_cell
+from harness.views.generic import generic_table
+from harness.views.table import Cell, Footnote
 
 #: the mark after a run whose samples collapsed (cross-sample diversity far below held-out text)
 COLLAPSED_MARK = "(collapsed)"
@@ -17,7 +24,6 @@ def _collapsed(entry) -> str | None:
 def _close(a, b) -> bool:
     """Whether two reference blocks are the same up to the judge's float round-off (another batch or
     thread count moves its scores by about 1e-7): equal structure, numbers within 1e-5 relative."""
-    import math
 
     if isinstance(a, float) or isinstance(b, float):
         return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-5)
@@ -32,9 +38,6 @@ def _reference_rows(items, columns):
     """``data``, ``tiled`` and ``unigram`` rows labelled ``reference``: one set per distinct
     reference block (named after the runs it belongs to when there is more than one); blocks that
     differ only by float round-off are one."""
-
-    from harness.views.entries import metric_cell
-    from harness.views.table import Cell, Footnote
 
     groups: list[tuple[dict, list[str]]] = []
     for e in items:
@@ -74,7 +77,6 @@ def _reference_rows(items, columns):
 def genppl_table(records, spec: Layout):
     """The generic table with a (collapsed) mark on runs whose diversity collapsed, and the
     reference rows under the runs."""
-    from harness.views.generic import generic_table
 
     return generic_table(records, spec, mark=_collapsed, tail=_reference_rows)
 
@@ -101,9 +103,6 @@ LAYOUT = Layout(
 
 def render_genppl(record: dict) -> None:
     """One ``genppl`` record on stdout: each metric with its sampling error, then the judge's protocol."""
-    from rich.table import Table
-
-    from harness.logging import stdout_console
 
     p = record["protocol"]
     title = (

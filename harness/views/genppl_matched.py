@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from io import BytesIO
 
+from rich.table import Table
+
+from harness.logging import stdout_console
 from harness.views.entries import Layout
 
 LAYOUT = Layout(
@@ -19,9 +22,6 @@ LAYOUT = Layout(
 
 def render_matched(record: dict) -> None:
     """One ``genppl-matched`` record on stdout: the curve, the references and the matched Gen PPL."""
-    from rich.table import Table
-
-    from harness.logging import stdout_console
 
     p = record["protocol"]
     table = Table(title=f"{record['model']['name']}: Gen PPL against entropy, sweep {p['sweep']} (judge {p['judge']})")
@@ -48,6 +48,7 @@ def render_matched(record: dict) -> None:
 def plot_matched(records, *, title: str = "Gen PPL against entropy") -> bytes:
     """PNG bytes: one Gen PPL (log) against entropy curve per ``genppl-matched`` record, the
     references of each as points, and the data reference's entropy as a vertical line."""
+    # deferred: matplotlib loads only when a plot is drawn
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 4.5))

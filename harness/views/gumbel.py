@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import math
 
+from rich.table import Table
+
+from harness.logging import stdout_console
+
 #: --probs with more classes: the first DISPLAY_CLASSES - 1 are shown, the rest summed in one row
 DISPLAY_CLASSES = 12
 
@@ -55,9 +59,6 @@ def _notes(record: dict) -> list[str]:
 
 def render_gumbel(record: dict) -> None:
     """One ``gumbel`` record on stdout, then its notes."""
-    from rich.table import Table
-
-    from harness.logging import stdout_console
 
     rows, p = record["rows"], record["protocol"]
     out = stdout_console()

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+
+from harness.logging import stdout_console
 from harness.views.entries import Layout
 
 LAYOUT = Layout(
@@ -22,9 +25,6 @@ def _pct(x: float) -> str:
 def render_idle(record: dict) -> None:
     """One ``idle`` record on stdout: analytic, whole-batch and measured idle-step ratios per ell, with
     the expected NFE under caching, then what each column means."""
-    from rich.table import Table
-
-    from harness.logging import stdout_console
 
     p = record["protocol"]
     B, measured = p["batch"], p["measurement"]

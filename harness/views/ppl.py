@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rich.table import Table as RichTable
+
+from harness.logging import stdout_console
 from harness.metrics.references import NOT_LEARNED, no_better_than_unigram
 from harness.views.entries import TITLES, Layout, entries, extra_metrics, metric_cell, sort_key, unique_labels
 from harness.views.footnotes import apply_flags, count_note, differences, family_info, legend, shared_title, units_note
@@ -180,9 +183,6 @@ LAYOUT = Layout("ppl", ("ppl",), "Perplexity", build=ppl_table)
 
 def render_ppl(record: dict) -> None:
     """One ``ppl`` record on stdout: each metric with its kind (bounds marked <=), then the scoring protocol."""
-    from rich.table import Table as RichTable
-
-    from harness.logging import stdout_console
 
     p = record["protocol"]
     table = RichTable(title=f"{record['model']['name']} ({record['model']['family']}) on {p['data']}")

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.table import Table
+
 from harness.views.entries import Layout
 
 LAYOUT = Layout(
@@ -22,8 +25,6 @@ def _se(value: float | None, decimals: int) -> str:
 def render_precision(record: dict) -> None:
     """One ``precision`` record on stdout: one row per (sampler, steps, dtype) run with its entropy,
     NFE, idle steps and wall time per sample (and Gen PPL when judged)."""
-    from rich.console import Console
-    from rich.table import Table
 
     p, rows = record["protocol"], record["rows"]
     units = p["entropy"]["units"] if rows else "nats"

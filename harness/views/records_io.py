@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import PrimebenchError
+from harness.records import read_record
 
 
 def load_records(
@@ -23,7 +24,6 @@ def load_record_files(
     recursively, in sorted order). A file that is not a record raises :func:`read_record`'s error;
     with ``skip``, it is passed to ``skip(path, error)`` and left out instead, and only a set of
     paths where no file is readable raises (naming each problem)."""
-    from harness.records import read_record
 
     paths = [Path(p) for p in paths]
     files: list[Path] = []

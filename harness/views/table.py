@@ -16,6 +16,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
+
 from harness.errors import PrimebenchError
 
 FORMATS = ("rich", "md", "latex", "csv")
@@ -167,8 +171,6 @@ def _footnote_text(note: Footnote, style: str) -> str:
 
 def to_rich(table: Table):
     """A rich ``Table`` (cells as ``Text``, so no markup is interpreted)."""
-    from rich.table import Table as RichTable
-    from rich.text import Text
 
     caption = Text("\n".join(_footnote_text(n, "text") for n in table.footnotes))
     out = RichTable(title=Text(_plain(table.title)), caption=caption, caption_justify="left")
@@ -184,7 +186,6 @@ def to_rich(table: Table):
 
 
 def _render_rich(table: Table) -> str:
-    from rich.console import Console
 
     buf = io.StringIO()
     Console(file=buf, width=200, color_system=None, force_terminal=False, legacy_windows=False).print(to_rich(table))

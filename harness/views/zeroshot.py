@@ -3,9 +3,13 @@ per dataset (the papers' order), and the one-record view that ``primebench eval 
 
 from __future__ import annotations
 
+from rich.table import Table as RichTable
+
 from harness.errors import PrimebenchError
+from harness.logging import stdout_console
 from harness.views.entries import Entry, Layout, entries, metric_cell, sort_key
 from harness.views.footnotes import apply_flags, count_note, differences, family_info, legend
+from harness.views.generic import generic_table
 from harness.views.ppl import PPL_IGNORED
 from harness.views.table import Cell, Column, Footnote, Table
 
@@ -24,8 +28,6 @@ def zeroshot_table(records, spec: Layout) -> Table:
     dataset. Protocol differences are compared within each dataset column only. Records of lm-eval
     runs (``eval zeroshot``: several tasks and metrics each) get one column per task metric instead."""
     if all(r.get("evaluation") == "zeroshot" for r in records):
-        from harness.views.generic import generic_table
-
         return generic_table(records, spec)
     items = entries(records)
     for e in items:
@@ -74,9 +76,6 @@ LAYOUT = Layout("zeroshot", ("ppl", "zeroshot"), "Zero-shot perplexity", build=z
 
 def render_zeroshot(record: dict) -> None:
     """One ``zeroshot`` record on stdout (bounds marked <=), with the protocol in one line."""
-    from rich.table import Table as RichTable
-
-    from harness.logging import stdout_console
 
     p = record["protocol"]
     table = RichTable(

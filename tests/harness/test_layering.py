@@ -94,12 +94,23 @@ def test_the_walk_sees_what_it_looks_for():
 
 #: packages whose function-level imports must each say why they are deferred (a heavy optional
 #: dependency, or a module the CLI reads at start-up without torch)
-EXPLAINED_IMPORTS = ("harness/evaluation", "harness/audit", "harness/fid", "harness/metrics", "harness/sampling")
+EXPLAINED_IMPORTS = (
+    "harness/evaluation",
+    "harness/audit",
+    "harness/fid",
+    "harness/metrics",
+    "harness/sampling",
+    "harness/reproduce",
+    "harness/views",
+    "harness/bench",
+    "harness/lmeval",
+    "harness/data",
+)
 
 
 def test_an_import_inside_a_function_says_why_it_is_deferred():
-    """In the evaluation, audit, FID, metric and sampler packages every import sits at the top of its
-    module, except those deferred on purpose, which carry a ``deferred:`` comment on their line or on
+    """In the evaluation, audit, FID, metric, sampler, reproduce, view, bench, lm-eval and data packages
+    every import sits at the top of its module, except those deferred on purpose, which carry a ``deferred:`` comment on their line or on
     the comment just above their import block."""
     unexplained = []
     for entry in EXPLAINED_IMPORTS:

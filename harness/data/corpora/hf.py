@@ -35,6 +35,7 @@ def _load_hf(arg: str) -> Corpus:
             fix=offline_fix + "; with a cached copy, set HF_DATASETS_OFFLINE=1",
         )
     try:
+        # deferred: the HF datasets library is optional and slow to import
         import datasets
     except ImportError as exc:
         raise DataError(f"corpus 'hf:{arg}' needs the datasets package", fix="pip install datasets") from exc

@@ -65,6 +65,7 @@ def clean_wiki_text(text: str) -> str:
 
 
 def _extract_wiki(path: Path) -> list[dict[str, str]]:
+    # deferred: gensim is needed only to extract a Wikipedia dump
     from gensim.corpora.wikicorpus import extract_pages, filter_wiki
 
     articles = []

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import yaml
+
 from harness.errors import DataError
 from harness.io import atomic_write_text
 from harness.registry import Registry
@@ -78,7 +80,6 @@ class Tokenizer(ABC):
 
     def save(self, directory: str | Path) -> None:
         """Write ``tokenizer.yaml`` and the files :func:`load_tokenizer` needs to ``directory``."""
-        import yaml
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

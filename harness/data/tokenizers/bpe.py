@@ -56,6 +56,7 @@ class BPETokenizer(Tokenizer):
 
 
 def _bpe_backend(vocab: str | Path, merges: str | Path) -> Any:
+    # deferred: the tokenizers library loads only when a BPE tokenizer is built or read
     from tokenizers import Tokenizer as Backend
     from tokenizers import decoders, models, pre_tokenizers
 
@@ -137,6 +138,7 @@ def _parse_bpe_arg(arg: str) -> tuple[int, str | None]:
 
 
 def _train_bpe(docs: list[str], vocab_size: int) -> Any:
+    # deferred: the tokenizers library loads only when a BPE tokenizer is built or read
     from tokenizers import Tokenizer as Backend
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -156,6 +158,7 @@ def _train_bpe(docs: list[str], vocab_size: int) -> Any:
 
 @TOKENIZER_KINDS.register("bpe")
 def _build_bpe(arg: str, corpus: Corpus | None) -> Tokenizer:
+    # deferred: the tokenizers library loads only when a BPE tokenizer is built or read
     from tokenizers import Tokenizer as Backend
 
     vocab_size, corpus_spec = _parse_bpe_arg(arg)

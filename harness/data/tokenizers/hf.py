@@ -76,6 +76,7 @@ def _build_hf(arg: str, corpus: Corpus | None) -> Tokenizer:
 
 def load_transformers(name_or_path: str | Path, *, spec: str) -> TransformersTokenizer:
     try:
+        # deferred: transformers is optional and slow to import
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise DataError(f"tokenizer {spec!r} needs transformers", fix="pip install transformers") from exc

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from harness.data.tokenizers.base import CONFIG_FILE, Tokenizer
 from harness.data.tokenizers.bpe import BPE_FILE, BPETokenizer
 from harness.data.tokenizers.hf import HF_DIR, load_transformers
@@ -13,7 +15,7 @@ from harness.errors import DataError
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
     """Rebuild the tokenizer that :meth:`Tokenizer.save` wrote to ``directory`` (offline)."""
-    import yaml
+    # deferred: the tokenizers library loads only when a BPE tokenizer is built or read
     from tokenizers import Tokenizer as Backend
 
     directory = Path(directory)

@@ -3,9 +3,12 @@ curves) and the record helpers and PNG writer every report's plots use."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from harness.records import training_seed
 
 
 def record_metric(record: dict[str, Any], name: str) -> tuple[float, float] | None:
@@ -21,7 +24,6 @@ def record_metric(record: dict[str, Any], name: str) -> tuple[float, float] | No
 def record_label(record: dict[str, Any]) -> str:
     """The model name a record's rows and plot entries are labelled with (``"?"`` when it has none),
     with ``(seed S)`` when it was trained under another seed than its preset's (config ``seed`` > 0)."""
-    from harness.records import training_seed
 
     model = record.get("model", {})
     seed = training_seed(model)
@@ -33,6 +35,7 @@ def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Pa
     objective beside it (hatched, labelled not a bound), with one-standard-error bars; the unigram
     and bigram references of the scored tokens as vertical lines (those of the last record that has
     them: the families' token counts differ by one per row, which moves them by about 0.01)."""
+    # deferred: matplotlib loads only when a plot is drawn
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 0.6 * max(3, len(records)) + 1.8))
@@ -93,6 +96,7 @@ def plot_nll(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Pa
 def plot_genppl(records: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:
     """Gen PPL (log scale) against entropy per sample, one marker per model and dtype, with
     one-standard-error bars in both directions: a low Gen PPL bought with low entropy shows."""
+    # deferred: matplotlib loads only when a plot is drawn
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 4.5))
@@ -128,7 +132,6 @@ def plot_genppl(records: Sequence[dict[str, Any]], path: Path, *, title: str) ->
 def training_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, list[tuple[int, float]], float | None]]:
     """(label, [(step, validation loss)], unigram reference) per record whose checkpoint folder holds a
     training log with evaluations (imported checkpoints and runs without one are left out)."""
-    import json
 
     curves = []
     for r in records:
@@ -153,6 +156,7 @@ def plot_training(records: Sequence[dict[str, Any]], path: Path, *, title: str) 
     """Validation loss of the EMA weights (each family's training objective, 4 batches) against
     steps, with each model's unigram reference of the same tokens dashed in its colour: a model on
     the unigram plateau runs along its line. None when no record's checkpoint has a training log."""
+    # deferred: matplotlib loads only when a plot is drawn
     from matplotlib.figure import Figure
 
     curves = training_curves(records)

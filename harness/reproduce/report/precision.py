@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.io import atomic_write_text
 from harness.reproduce.report.plots import save_png
 from harness.reproduce.report.sections import Section, sections_markdown
+from harness.views.table import Cell, Column, Footnote, Table
 
 
 def _rows_by(record: dict[str, Any]) -> dict[tuple[Any, str], dict[str, Any]]:
@@ -37,7 +39,6 @@ def precision_table(result, model: str, statistic: str = "entropy"):
 
     ``result``: a :class:`harness.reproduce.precision.PrecisionRecords`; ``model``: the model key of its
     audits (``MODEL-joint``, ``MODEL-two-stage``) and predictions. Returns a :class:`harness.views.table.Table`."""
-    from harness.views.table import Cell, Column, Footnote, Table
 
     joint = _rows_by(result.audits[f"{model}-joint"])
     two = _rows_by(result.audits[f"{model}-two-stage"])
@@ -113,7 +114,6 @@ def drop_table(result, model: str):
     standard errors it is), the two-stage control, and the context-free prediction.
 
     ``result`` and ``model`` as for :func:`precision_table`; returns a :class:`harness.views.table.Table`."""
-    from harness.views.table import Cell, Column, Footnote, Table
 
     joint = _rows_by(result.audits[f"{model}-joint"])
     two = _rows_by(result.audits[f"{model}-two-stage"])
@@ -176,6 +176,7 @@ def plot_precision_comparison(result, path: Path) -> Path:
 
     ``result``: a :class:`harness.reproduce.precision.PrecisionRecords`. Writes the PNG to ``path`` and
     returns it."""
+    # deferred: matplotlib loads only when a plot is drawn
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
@@ -257,7 +258,6 @@ def write_precision_report(result) -> list[Path]:
     """Write ``tables.md`` and ``precision.png`` of a ``reproduce precision`` run into ``result.out``, next
     to its records. ``result``: the run's :class:`harness.reproduce.precision.PrecisionRecords`. Returns
     the two paths."""
-    from harness.io import atomic_write_text
 
     preamble = (
         "MDLM's joint draw (MDLM's own categorical, `mdlm-legacy`) in float32 and float64 with the same seed, "

@@ -5,18 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.errors import PrimebenchError
+from harness.io import atomic_write_text
+from harness.reproduce.paper import PRESETS, ZEROSHOT_SETS
+from harness.views import render
+from harness.views.records_io import load_records
+from harness.views.table import Cell, Column, Footnote, Table
+
 _PUBLISHED_KIND = {"exact": "exact", "bound": "bound", "paper objective": "paper-objective"}
 
 
 def _ours(record: dict[str, Any], name: str):
-    from harness.views.table import Cell
 
     m = record.get("metrics", {}).get(name)
     return None if m is None else Cell(m["value"], m.get("stderr"), m.get("kind"), decimals=2)
 
 
 def _published(row: dict[str, Any], key: str):
-    from harness.views.table import Cell
 
     value = row.get(key)
     if value is None:
@@ -35,7 +40,6 @@ def _of(records, evaluation: str):
 
 
 def _owt(records, published_rows):
-    from harness.views.table import Cell, Column
 
     columns = (
         Column("ppl", "perplexity (exact or valid bound)"),
@@ -51,8 +55,6 @@ def _owt(records, published_rows):
 
 
 def _zeroshot(records, published_rows):
-    from harness.reproduce.paper import ZEROSHOT_SETS
-    from harness.views.table import Cell, Column
 
     by_model: dict[tuple[str, str], dict[str, Cell]] = {}
     for r in _of(records, "ppl"):
@@ -70,7 +72,6 @@ def _zeroshot(records, published_rows):
 
 
 def _genppl(records, published_rows):
-    from harness.views.table import Cell, Column
 
     columns = (
         Column("steps", "steps T", False),
@@ -91,7 +92,6 @@ def _genppl(records, published_rows):
 
 
 def _precision(records, published_rows):
-    from harness.views.table import Cell, Column
 
     columns = (
         Column("steps", "steps T", False),
@@ -112,7 +112,6 @@ def _precision(records, published_rows):
 
 
 def _fid(records, published_rows):
-    from harness.views.table import Cell, Column
 
     ours = []
     for r in _of(records, "fid"):
@@ -133,9 +132,6 @@ def published_table(preset: str, records: list[dict[str, Any]]):
     ``preset``: a key of :data:`harness.reproduce.paper.PRESETS` (another raises
     :class:`harness.errors.PrimebenchError`); ``records``: loaded records of any evaluation (each preset
     reads the ones it tables). Returns a :class:`harness.views.table.Table`."""
-    from harness.errors import PrimebenchError
-    from harness.reproduce.paper import PRESETS
-    from harness.views.table import Cell, Column, Footnote, Table
 
     if preset not in _TABLES or preset not in PRESETS:
         raise PrimebenchError(f"no table for preset {preset!r}", fix="use one of " + ", ".join(PRESETS))
@@ -160,9 +156,6 @@ def published_table(preset: str, records: list[dict[str, Any]]):
 def write_preset_report(preset: str, root: Path) -> Path:
     """Write ``ROOT/tables.md``: :func:`published_table` of ``preset`` over the records under
     ``ROOT/records`` (none yet: the published numbers alone). Returns the path written."""
-    from harness.io import atomic_write_text
-    from harness.views import render
-    from harness.views.records_io import load_records
 
     folder = Path(root) / "records"
     records = load_records([folder]) if folder.is_dir() and any(folder.rglob("*.json")) else []

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.audit.precision import plot_record
+from harness.io import atomic_write_text
 from harness.reproduce.report.plots import plot_genppl, plot_nll, plot_training
 from harness.reproduce.report.sections import Section, sections_markdown
+from harness.views.gumbel import render_gumbel
+from harness.views.idle import render_idle
 
 
 def quickstart_sections(result) -> list[Section]:
     """The quickstart's tables, in the order they print, from ``result`` (the run's
     :class:`harness.reproduce.quickstart.QuickstartRecords`)."""
-    from harness.views.gumbel import render_gumbel
-    from harness.views.idle import render_idle
 
     return [
         Section("Perplexity on the validation split", result.ppl, "ppl"),
@@ -43,8 +45,6 @@ def write_report(result) -> list[Path]:
     a training log, ``training``) of a quickstart run into ``result.out``, next to its records.
 
     ``result``: the run's :class:`harness.reproduce.quickstart.QuickstartRecords`. Returns the paths written."""
-    from harness.audit.precision import plot_record
-    from harness.io import atomic_write_text
 
     out = result.out
     preamble = (

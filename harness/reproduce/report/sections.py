@@ -7,6 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.logging import capture_stdout, stdout_console
+from harness.views import build_table, render, to_rich
+
 
 @dataclass(frozen=True)
 class Section:
@@ -25,8 +28,6 @@ class Section:
 
 def print_sections(sections: Sequence[Section]) -> None:
     """Print every section that has records on stdout (rich tables, as the ``table`` command prints them)."""
-    from harness.logging import stdout_console
-    from harness.views import build_table, to_rich
 
     screen = stdout_console()
     for s in sections:
@@ -45,8 +46,6 @@ def sections_markdown(title: str, sections: Sequence[Section], preamble: str = "
     """The sections as one Markdown document (returned as a string): ``# title``, then ``preamble``, then
     a heading per section with records: its note, then a Markdown table for a layout or a prebuilt table,
     a code block of the printed text for a view."""
-    from harness.logging import capture_stdout
-    from harness.views import build_table, render
 
     parts = [f"# {title}\n"]
     if preamble:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.io import atomic_write_text
 from harness.reproduce.report.plots import plot_genppl, plot_nll, plot_training, record_label, record_metric
 from harness.reproduce.report.sections import Section, sections_markdown
+from harness.reproduce.seeds import seed_difference_table, seed_table
+from harness.views.table import Cell, Column, Footnote, Table
 
 
 def idle_table(genppl_records):
@@ -15,7 +18,6 @@ def idle_table(genppl_records):
 
     ``genppl_records``: Gen PPL records; those of the cached ancestral sampler that measured NFE give a row
     each. Returns a :class:`harness.views.table.Table`."""
-    from harness.views.table import Cell, Column, Footnote, Table
 
     rows = []
     for r in genppl_records:
@@ -65,7 +67,6 @@ def gap_table(ppl_records):
 
     ``ppl_records``: perplexity records; those with both ``nll`` and ``nll_token_joint`` (Prime's) give a
     row each. Returns a :class:`harness.views.table.Table`."""
-    from harness.views.table import Cell, Column, Footnote, Table
 
     rows = []
     for r in ppl_records:
@@ -105,7 +106,6 @@ def gap_table(ppl_records):
 def small_sections(result) -> list[Section]:
     """The small run's tables, in the order they print, from ``result`` (the run's
     :class:`harness.reproduce.small.SmallRecords`); the seed tables only when it trained several seeds."""
-    from harness.reproduce.seeds import seed_difference_table, seed_table
 
     several = result.seeds > 1
     return [
@@ -128,7 +128,6 @@ def write_small_report(result) -> list[Path]:
     ``training``) of a ``reproduce small`` run into ``result.out``, next to its records.
 
     ``result``: the run's :class:`harness.reproduce.small.SmallRecords`. Returns the paths written."""
-    from harness.io import atomic_write_text
 
     out = result.out
     preamble = (

@@ -201,8 +201,6 @@ def test_reproduce_precision_samples_per_model_reach_each_audit(tmp_path, monkey
 
     from click.testing import CliRunner
 
-    import harness.audit.precision as audit_precision
-    import harness.evaluation as evaluation
     import harness.reproduce.report as report
     import harness.reproduce.stages as stages
     from harness.cli import main
@@ -212,15 +210,15 @@ def test_reproduce_precision_samples_per_model_reach_each_audit(tmp_path, monkey
     calls = []
     monkeypatch.setattr(stages.Stages, "train", lambda self, name, cfg: None)
     monkeypatch.setattr(
-        audit_precision,
+        precision,
         "audit_checkpoint",
         lambda ckpt, **kw: (
             calls.append((ckpt.name, kw)) or SimpleNamespace(record={"model": {"name": ckpt.name}, "rows": []})
         ),
     )
-    monkeypatch.setattr(evaluation, "load_for_evaluation", lambda *a: (None, None, None, None))
+    monkeypatch.setattr(precision, "load_for_evaluation", lambda *a: (None, None, None, None))
     monkeypatch.setattr(precision, "predict", lambda model, **kw: {"rows": []})
-    monkeypatch.setattr(report, "write_precision_report", lambda result: None)
+    monkeypatch.setattr(precision, "write_precision_report", lambda result: None)
     monkeypatch.setattr(report, "print_sections", lambda sections: None)
     monkeypatch.setattr(report, "precision_sections", lambda result: [])
 

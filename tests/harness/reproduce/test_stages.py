@@ -53,7 +53,7 @@ def test_a_failing_stage_leaves_no_record_and_no_done_manifest(tmp_path):
 
 
 def test_train_stage_skips_resumes_and_discards(tmp_path, monkeypatch):
-    import harness.training as training
+    import harness.reproduce.stages as training  # where Stages.train looks up train()
     from harness.config import load_config
 
     seen = []
@@ -89,7 +89,7 @@ def test_train_stage_skips_resumes_and_discards(tmp_path, monkeypatch):
 
 
 def test_a_folder_the_job_did_not_write_is_refused_and_kept(tmp_path, monkeypatch):
-    import harness.training as training
+    import harness.reproduce.stages as training  # where Stages.train looks up train()
     from harness.config import load_config
     from harness.errors import InputError
 
