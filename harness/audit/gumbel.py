@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 
 from harness.errors import PrimebenchError
-from harness.sampling.categorical import DTypeLike, _check_probs, parse_dtype, sample_categorical
+from harness.sampling.categorical import DTypeLike, check_probs, parse_dtype, sample_categorical
 from harness.schedules import Schedule, get_schedule
 
 _BITS = {torch.float32: 24, torch.float64: 53}
@@ -57,7 +57,7 @@ def truncation_level(dtype: DTypeLike) -> float:
 
 
 def _normalised64(probs: torch.Tensor) -> torch.Tensor:
-    _check_probs(probs)
+    check_probs(probs)
     p = probs.to(torch.float64)
     return p / p.sum(-1, keepdim=True)
 
@@ -180,7 +180,7 @@ def grid_inverse_cdf_probs(probs: torch.Tensor, dtype: DTypeLike) -> torch.Tenso
     total)) / N with N = 2^b (up to the rounding of U x total). Each class is off by less than one
     cell 2^-b, in either direction: there is no cap, so the rare classes keep their mass on average.
     """
-    _check_probs(probs)
+    check_probs(probs)
     dtype = parse_dtype(dtype)
     N = 2.0 ** uniform_bits(dtype)
     cdf = torch.cumsum(probs.to(dtype), dim=-1).to(torch.float64)

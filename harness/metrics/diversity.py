@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import InputError
-from harness.metrics.entropy import _log_base
+from harness.metrics.entropy import log_base
 
 #: the n of distinct-n reported by :func:`diversity`
 ORDERS = (1, 2, 3, 4)
@@ -65,7 +65,7 @@ def _xlogx(c: float) -> float:
 def pooled_entropy(samples, *, base: str | int = "e") -> Pooled:
     """Unigram entropy of all samples' tokens counted together (nats for base "e", bits for 2)."""
 
-    scale = _log_base(base)
+    scale = log_base(base)
     rows = _samples(samples)
     per = [Counter(r) for r in rows]
     total = Counter()

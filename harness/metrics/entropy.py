@@ -30,7 +30,7 @@ from harness.metrics.base import Accumulator
 _BASES = {"e": 1.0, 2: math.log(2.0), "2": math.log(2.0)}
 
 
-def _log_base(base) -> float:
+def log_base(base) -> float:
     if base not in _BASES:
         raise PrimebenchError(f"entropy base must be 'e' (nats) or 2 (bits), got {base!r}")
     return _BASES[base]
@@ -38,7 +38,7 @@ def _log_base(base) -> float:
 
 def units_of(base) -> str:
     """ "nats" for base e, "bits" for base 2."""
-    return "nats" if _log_base(base) == 1.0 else "bits"
+    return "nats" if log_base(base) == 1.0 else "bits"
 
 
 def _as_ids(ids) -> torch.Tensor:
@@ -61,7 +61,7 @@ def unigram_entropy(
     ``ids``: LongTensor (L,) or list of token ids (the model's vocabulary). Ids in ``ignore_ids``
     are removed first. An empty sample (after ignoring) is an error, not 0.
     """
-    scale = _log_base(base)
+    scale = log_base(base)
     t = _as_ids(ids).cpu()
     ignore = torch.as_tensor(list(ignore_ids), dtype=torch.long)
     if ignore.numel():

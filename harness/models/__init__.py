@@ -22,8 +22,12 @@ never by importing the family's package.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+from importlib.metadata import entry_points
 from typing import Any
 
+from harness.errors import PrimebenchError
 from harness.models.base import Estimator, ModelConfig, ModelFamily
 from harness.registry import Registry
 
@@ -43,9 +47,6 @@ def _ensure_registered() -> None:
     global _discovered
     if _discovered:
         return
-    import importlib
-    import pkgutil
-    from importlib.metadata import entry_points
 
     for package in FAMILY_PACKAGES:
         root = importlib.import_module(package)
@@ -89,7 +90,6 @@ def family_of_kind(kind: str) -> type[ModelFamily]:
     """The one registered family that offers an estimator of ``kind`` beside its others (the
     ``paper-objective`` kind: MDM-Prime, whose enumerations the bound audit runs); an error naming
     the families when none or several do."""
-    from harness.errors import PrimebenchError
 
     found = [n for n in family_names() if any(e.kind == kind for e in MODELS.get(n).estimators)]
     if len(found) != 1:

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from harness.diffusion import Generators, check_time_sampler
-from harness.errors import InputError
+from harness.errors import CheckpointError, InputError, PrimebenchError
 from harness.nll import NLL
 from harness.processes import PROCESSES, ForwardProcess
 
@@ -202,7 +202,6 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
         arguments (tokenizer, source, device, ...).
         Returns ``(model, tokenizer, cfg)``. Families without a section are loaded as the plain
         absorbing-state network (MDLM's layout) and never reach here."""
-        from harness.errors import CheckpointError
 
         raise CheckpointError(
             f"{where}: imported folders of the {cls.family} family are not supported",
@@ -260,7 +259,6 @@ class ModelFamily(nn.Module, metaclass=abc.ABCMeta):
 
     def set_carry_over(self, carry_over: bool) -> None:
         """Override carry-over at evaluation (families with sub-tokens); others refuse."""
-        from harness.errors import PrimebenchError
 
         raise PrimebenchError(
             f"--carry-over/--no-carry-over applies to Prime checkpoints; this is a {self.family!r} model",

@@ -29,21 +29,23 @@ import torch
 from torch import nn
 
 from harness.errors import CheckpointError
+from harness.io import read_json
+from harness.models.mdlm_import import read_weights
 from harness.models.release_ckpt import (
-    _ema_state,
-    _model_shape,
-    _tokenizer,
     build_release_family,
+    ema_state,
+    model_shape,
     read_release_ckpt,
+    release_tokenizer,
 )
-from harness.models.release_config import config_flag, config_size
+from harness.models.release_config import BD3LM_RELEASE_ALGO, config_flag, config_size
 from harness.models.releases import ReleaseFormat, register_release
 
 PREFIX = "bd3lm-hf:"
 CKPT_PREFIX = "bd3lm-ckpt:"
 CONFIG_KEYS = ("block_size", "vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads")
 #: ``algo.name`` in the Hydra config of the BD3-LM code's Lightning checkpoints of this kind
-RELEASE_ALGO = "bd3lm"
+RELEASE_ALGO = BD3LM_RELEASE_ALGO
 #: the weights outside ``backbone.*`` a release holds: its clipped mask-rate range
 CLIP_KEYS = ("sampling_eps_min", "sampling_eps_max")
 
@@ -122,8 +124,6 @@ def _clip(values: dict[str, Any], where: str) -> tuple[float, float]:
 
 def bd3lm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: bool = True):
     """Load ``bd3lm-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    from harness.io import read_json
-    from harness.models.mdlm_import import read_weights
 
     folder = Path(str(source)[len(PREFIX) :]).expanduser()
     if not folder.is_dir():
@@ -153,7 +153,7 @@ def bd3lm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: 
         where=str(folder),
         extra_keys=others,
         device=device,
-        tokenizer=_tokenizer(folder, shape["vocab_size"] - 1, tokenizer),
+        tokenizer=release_tokenizer(folder, shape["vocab_size"] - 1, tokenizer),
     )
 
 
@@ -167,8 +167,8 @@ def bd3lm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
     where = f"{path} (hyper_parameters)"
     _check_layout(algo, where, "algo.")
     V = int(ckpt.state["vocab_embed.embedding"].shape[0])
-    shape = _model_shape(config, str(path), vocab_size=V, block_size=config_size(config, "block_size", where=where))
-    state = _ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
+    shape = model_shape(config, str(path), vocab_size=V, block_size=config_size(config, "block_size", where=where))
+    state = ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
     return build_bd3lm(
         state,
         shape=shape,
@@ -178,7 +178,7 @@ def bd3lm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
         extra_keys=[],
         device=device,
         ema=ema,
-        tokenizer=_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
+        tokenizer=release_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
     )
 
 

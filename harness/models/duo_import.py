@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.io import read_json
 from harness.models.releases import ReleaseFormat, register_release
 from harness.models.udlm_import import load_uniform_hf
 
@@ -28,8 +29,6 @@ def duo_hf(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | No
     """Load ``duo-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
     folder = Path(str(source)[len(PREFIX) :]).expanduser()
     if tokenizer is None and not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        from harness.io import read_json
-
         path = folder / "config.json"
         config = read_json(path, what="DUO config", fix="restore the file") if path.is_file() else {}
         if isinstance(config, dict) and config.get("vocab_size") == PADDED_GPT2[0]:

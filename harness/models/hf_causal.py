@@ -22,7 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.config import Config, DataConfig
+from harness.data.tokenizers.hf import TransformersTokenizer
 from harness.errors import OfflineError, PrimebenchError
+from harness.models import family_class
+from harness.models.base import ModelFamily
+from harness.offline import hf_offline, hub_reachable
+from harness.safe_load import UnsafeFileError, check_indexed_shards, check_pickles_in_folder
 
 PREFIX = "hf:"
 
@@ -55,7 +61,6 @@ def parse_hf_source(
             f"{label}: {str(local)!r} is not a model folder" + ("" if local.exists() else " (it does not exist)"),
             fix=folder_fix,
         )
-    from harness.offline import hf_offline, hub_reachable
 
     if hf_offline("transformers") or not hub_reachable():
         raise OfflineError(
@@ -75,10 +80,9 @@ def load_hf_causal(
     what: str = "model",
 ):
     """(transformers model in eval mode, its AutoTokenizer) with the safety rules of this module."""
+    # deferred: transformers is optional and slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-
-    from harness.safe_load import check_indexed_shards, check_pickles_in_folder
 
     hf_logging.disable_progress_bar()
     kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
@@ -97,8 +101,6 @@ def load_hf_causal(
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs, **model_kwargs)
     except pickle.UnpicklingError as exc:  # torch refused a pickle the checks above did not see
-        from harness.safe_load import UnsafeFileError
-
         detail = next((line.strip() for line in str(exc).splitlines() if "global" in line.lower()), type(exc).__name__)
         raise UnsafeFileError(
             f"{what} {source!r} has a weights file that holds pickled objects other than tensors "
@@ -137,9 +139,6 @@ class HFBackbone(nn.Module):
 
 def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
     """Load ``hf:NAME_OR_PATH`` as an ARM: ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    from harness.config import Config, DataConfig
-    from harness.data.tokenizers.hf import TransformersTokenizer
-    from harness.models import family_class
 
     name, gguf, local = parse_hf_source(source)
     hf_model, backend = load_hf_causal(name, gguf_file=gguf, local=local, trust_remote_code=trust_remote_code)
@@ -166,8 +165,6 @@ def hf_arm(source, *, device: str = "cpu", trust_remote_code: bool = False):
 def hf_arm_class():
     """The ARM subclass whose network is a transformers causal LM (built on first use, so that
     importing this module imports no model code)."""
-    from harness.models import family_class
-    from harness.models.base import ModelFamily
 
     ARM = family_class("arm")
 

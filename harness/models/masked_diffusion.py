@@ -36,12 +36,16 @@ import torch
 from torch import nn
 
 from harness import diffusion
+from harness.audit.gumbel import mdlm_joint_draw_law
+from harness.backbone import Backbone, BackboneConfig
 from harness.diffusion import Generators
 from harness.errors import InputError
 from harness.models.base import Estimator, ModelConfig, ModelFamily
 from harness.nll import NLL
+from harness.positions import build_positions
 from harness.processes import make_process
 from harness.sampling.categorical import sample_categorical
+from harness.schedules import get_schedule
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,6 @@ class MaskedDiffusion(ModelFamily):
         cond_dim: int = 64,
         extra_hparams: dict[str, Any] | None = None,
     ):
-        from harness.backbone import Backbone, BackboneConfig
-        from harness.positions import build_positions
-        from harness.schedules import get_schedule
 
         shape = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
         if mixer_width:  # recorded only when on, so the plain DiT's hyper-parameters are unchanged
@@ -221,7 +222,6 @@ class MaskedDiffusion(ModelFamily):
         steps of ``torch.rand`` noise in ``dtype``: float64 (C,). Here a token is drawn together with
         the stay-masked outcome at every step, so the law depends on ``steps``
         (:func:`harness.audit.gumbel.mdlm_joint_draw_law`)."""
-        from harness.audit.gumbel import mdlm_joint_draw_law
 
         return mdlm_joint_draw_law(probs, steps=steps, dtype=dtype)
 

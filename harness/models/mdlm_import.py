@@ -16,22 +16,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
+from harness.config import Config, DataConfig
 from harness.errors import CheckpointError
+from harness.io import read_json
+from harness.models import family_class
+from harness.models.hf_causal import hf_arm_class
+from harness.models.masked_diffusion import MDLMConfig
 from harness.models.release_ckpt import (
-    _ema_state,
-    _finish,
-    _model_shape,
-    _provenance,
-    _sigma,
-    _tokenizer,
     build_release_family,
+    ema_state,
+    finish_import,
+    import_provenance,
     load_dit,
+    model_shape,
     read_release_ckpt,
+    release_sigma,
+    release_tokenizer,
 )
 from harness.models.release_config import config_flag, config_size
 from harness.models.releases import ReleaseFormat, register_release
+from harness.safe_load import check_pickles_in_folder, load_torch_file
 
 PREFIX = "mdlm-hf:"
 CKPT_PREFIX = "mdlm-ckpt:"
@@ -50,7 +57,7 @@ class MDLMBackbone(nn.Module):
         self.time_conditioning = time_conditioning
 
     def forward(self, ids: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
-        return self.dit(ids, _sigma(t, ids.shape[0], ids.device, self.time_conditioning))[..., : self.vocab_size]
+        return self.dit(ids, release_sigma(t, ids.shape[0], ids.device, self.time_conditioning))[..., : self.vocab_size]
 
 
 def read_mdlm_config(folder: Path) -> dict[str, Any]:
@@ -59,7 +66,6 @@ def read_mdlm_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{str(folder)!r} has no config.json", fix="pass the folder of an MDLM release in the HF layout"
         )
-    from harness.io import read_json
 
     config = read_json(path, what="MDLM config", fix="restore the file", error=CheckpointError)
     missing = [k for k in CONFIG_KEYS if k not in config]
@@ -72,9 +78,6 @@ def read_mdlm_config(folder: Path) -> dict[str, Any]:
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    from harness.safe_load import check_pickles_in_folder, load_torch_file
 
     files = sorted(folder.glob("*.safetensors"))
     if files:
@@ -116,7 +119,7 @@ def mdlm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: b
         where=str(folder),
         extra_keys=others,
         device=device,
-        tokenizer=_tokenizer(folder, shape["vocab_size"] - 1, tokenizer),
+        tokenizer=release_tokenizer(folder, shape["vocab_size"] - 1, tokenizer),
     )
 
 
@@ -128,8 +131,8 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str |
     ``hyper_parameters`` is read as plain data (:func:`harness.safe_load.load_lightning_checkpoint`)."""
     path = Path(str(source)[len(CKPT_PREFIX) :]).expanduser()
     ckpt = read_release_ckpt(path, what="MDLM checkpoint", ema=ema, prefix=CKPT_PREFIX)
-    shape = _model_shape(ckpt.config, str(path), vocab_size=int(ckpt.state["vocab_embed.embedding"].shape[0]))
-    state = _ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
+    shape = model_shape(ckpt.config, str(path), vocab_size=int(ckpt.state["vocab_embed.embedding"].shape[0]))
+    state = ema_state(ckpt.state, ckpt.shadow, shape, where=str(path)) if ckpt.shadow is not None else ckpt.state
     return build_mdlm(
         state,
         shape=shape,
@@ -140,7 +143,7 @@ def mdlm_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str |
         extra_keys=[],
         device=device,
         ema=ema,
-        tokenizer=_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer, saved=ckpt.tokenizer_json),
+        tokenizer=release_tokenizer(path.parent, shape["vocab_size"] - 1, tokenizer, saved=ckpt.tokenizer_json),
     )
 
 
@@ -158,8 +161,6 @@ def build_mdlm(
     tokenizer=None,
 ):
     """Our MDLM around MDLM's DiT loaded strictly from ``state`` (keys without ``backbone.``)."""
-    from harness.models import family_class
-    from harness.models.masked_diffusion import MDLMConfig
 
     MDLM = family_class("mdlm")
 
@@ -172,9 +173,9 @@ def build_mdlm(
         n_layers=1,
         n_heads=2,
         time_conditioning=time_conditioning,
-        extra_hparams=_provenance(source, ema),
+        extra_hparams=import_provenance(source, ema),
     )
-    return _finish(
+    return finish_import(
         model,
         MDLMBackbone(dit, vocab_size=C, time_conditioning=time_conditioning),
         MDLMConfig,
@@ -197,7 +198,7 @@ class PrimeBackbone(nn.Module):
         self.time_conditioning = time_conditioning
 
     def forward(self, z: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
-        return self.dit(z, _sigma(t, z.shape[0], z.device, self.time_conditioning))
+        return self.dit(z, release_sigma(t, z.shape[0], z.device, self.time_conditioning))
 
 
 def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
@@ -208,7 +209,6 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
     restricted joint (with carry-over) or plain softmax (without) turns the logits into p(x_0 | y_t).
     Checkpoints of the same release with ell = 1 are MDLM's layout: load them with ``mdlm-ckpt:``.
     The Prime family (found by name in the model registry) gives the base of ell digits."""
-    from harness.models import family_class
 
     path = Path(str(source)[len(PRIME_PREFIX) :]).expanduser()
     ckpt = read_release_ckpt(path, what="MDM-Prime checkpoint", ema=ema, prefix=PRIME_PREFIX)
@@ -231,9 +231,9 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
             f"{str(path)!r}: prime.base = {prime_cfg['base']} but C = {C}, ell = {ell} give base {base}",
             fix="this harness uses the smallest base with base**ell >= C, as the release does",
         )
-    shape = _model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
+    shape = model_shape(config, str(path), vocab_size=base + 1, vocab_out=C, ell=ell)
     if ckpt.shadow is not None:
-        state = _ema_state(state, ckpt.shadow, shape, where=str(path))
+        state = ema_state(state, ckpt.shadow, shape, where=str(path))
     return build_prime(
         state,
         shape=shape,
@@ -244,7 +244,7 @@ def prime_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str 
         where=str(path),
         device=device,
         ema=ema,
-        tokenizer=_tokenizer(path.parent, C, tokenizer, saved=ckpt.tokenizer_json),
+        tokenizer=release_tokenizer(path.parent, C, tokenizer, saved=ckpt.tokenizer_json),
     )
 
 
@@ -318,14 +318,14 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
             fix=f"load it with {CKPT_PREFIX}{path} (or {PRIME_PREFIX} for ell > 1)",
         )
     V = int(state["vocab_embed.embedding"].shape[0])
-    shape = _model_shape(config, str(path), vocab_size=V, causal=True)
+    shape = model_shape(config, str(path), vocab_size=V, causal=True)
     if ckpt.shadow is not None:
-        state = _ema_state(state, ckpt.shadow, shape, where=str(path))
+        state = ema_state(state, ckpt.shadow, shape, where=str(path))
     dit = load_dit(state, shape, where=str(path), extra_keys=[])
     return build_ar(
         dit,
         shape=shape,
-        tokenizer=_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
+        tokenizer=release_tokenizer(path.parent, V - 1, tokenizer, saved=ckpt.tokenizer_json),
         source=f"{AR_PREFIX}{path}",
         ema=ema,
         device=device,
@@ -335,9 +335,6 @@ def ar_ckpt(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | N
 
 def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool | None, device: str, name: str):
     """Our ARM (an external-network ARM, as for ``hf:``) over the release's causal DiT."""
-    from harness.config import Config, DataConfig
-    from harness.models import family_class
-    from harness.models.hf_causal import hf_arm_class
 
     C, L = shape["vocab_size"] - 1, shape["model_length"]
     model = hf_arm_class()(
@@ -348,7 +345,10 @@ def build_ar(dit: nn.Module, *, shape: dict, tokenizer, source: str, ema: bool |
         network="the release's causal DiT (float32)",
     )
     model.hparams.update(
-        _provenance(source, ema), d_model=shape["hidden_dim"], n_layers=shape["n_blocks"], n_heads=shape["n_heads"]
+        import_provenance(source, ema),
+        d_model=shape["hidden_dim"],
+        n_layers=shape["n_blocks"],
+        n_heads=shape["n_heads"],
     )
     cfg = Config(
         model=family_class("arm").config_class(

@@ -5,18 +5,69 @@ strictly, the tokenizer of a release, and the config that describes the loaded m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from harness.config import Config, DataConfig
+from harness.data import get_tokenizer
+from harness.data.tokenizers.hf import load_transformers
 from harness.errors import CheckpointError
-from harness.models.release_config import config_size
+from harness.models import family_class
+from harness.models.mdlm_dit import MDLMDiT
+from harness.models.release_config import BD3LM_RELEASE_ALGO, config_size
+from harness.models.releases import format_of
+from harness.safe_load import load_lightning_checkpoint, plain, saved_tokenizer_json
 
 LOGLINEAR_EPS = 1e-3
 
+#: what a primebench checkpoint folder is (it loads as a plain path, without a prefix)
+OWN_FOLDER = "a primebench checkpoint folder (config.yaml), which loads as a plain path"
 
-def _sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
+
+def what(prefix: str) -> str:
+    """What the file or folder that ``prefix`` loads is (``""``: our own checkpoint folder)."""
+
+    return OWN_FOLDER if not prefix else format_of(prefix).what
+
+
+def ckpt_prefix(state: dict[str, Any], config: dict[str, Any]) -> str:
+    """The prefix of a release checkpoint, from its ``backbone.*`` keys (without ``backbone.``) and
+    its Hydra config: BD3-LM's says ``algo.name: bd3lm``; the AR baseline has no adaLN / sigma_map
+    (and ``backbone: ar``); a diffusion checkpoint is MDM-Prime's when ``prime.target_length`` > 1,
+    else MDLM's layout."""
+
+    algo = config.get("algo") if isinstance(config.get("algo"), dict) else {}
+    if algo.get("name") == BD3LM_RELEASE_ALGO:
+        return "bd3lm-ckpt:"
+    if config.get("backbone") == "ar" or not any(k.startswith(("sigma_map.", "blocks.0.adaLN")) for k in state):
+        return "ar-ckpt:"
+    prime = config.get("prime") if isinstance(config.get("prime"), dict) else {}
+    try:
+        ell = int(prime.get("target_length", 1))
+    except (TypeError, ValueError):
+        ell = 1
+    return "prime-ckpt:" if ell > 1 else "mdlm-ckpt:"
+
+
+def check_ckpt_prefix(path: Path, state: dict[str, Any], config: dict[str, Any], *, used: str) -> None:
+    """Refuse a release checkpoint loaded with the prefix ``used`` when it is another kind."""
+    right = ckpt_prefix(state, config)
+    if right != used:
+        raise wrong_prefix(path, used, right)
+
+
+def wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
+    mismatch = f"{used} does not load it" if used else "without a prefix it does not load"
+    return CheckpointError(
+        f"{str(path)!r} is {what(right)}; {mismatch}",
+        fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}",
+    )
+
+
+def release_sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
     if time_conditioning and t is not None:
         return -torch.log1p(-(1 - LOGLINEAR_EPS) * t.float())
     return torch.zeros(rows, device=device)
@@ -39,7 +90,6 @@ class ReleaseCkpt:
 def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> ReleaseCkpt:
     """Read a Lightning checkpoint of MDLM, MDM-Prime or their AR baseline, without running code;
     one of another kind than ``prefix`` (``mdlm-ckpt:``, ...) is refused naming the right prefix."""
-    from harness.safe_load import load_lightning_checkpoint, plain, saved_tokenizer_json
 
     blob = load_lightning_checkpoint(path, what=what)
     if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
@@ -55,7 +105,6 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> Relea
             f"{str(path)!r} has no backbone.vocab_embed.embedding: not the release's DiT layout",
             fix="pass a checkpoint of the DiT backbone",
         )
-    from harness.models.sources import check_ckpt_prefix
 
     check_ckpt_prefix(path, state, config if isinstance(config, dict) else {}, used=prefix)
     shadow = None
@@ -80,7 +129,7 @@ def read_release_ckpt(path: Path, *, what: str, ema: bool, prefix: str) -> Relea
     )
 
 
-def _model_shape(config: dict, where: str, **extra) -> dict:
+def model_shape(config: dict, where: str, **extra) -> dict:
     """The network sizes in the Hydra config under ``hyper_parameters``, read strictly (integers >= 1)."""
     model_cfg = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
     keys = {
@@ -96,7 +145,7 @@ def _model_shape(config: dict, where: str, **extra) -> dict:
     } | extra
 
 
-def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
+def ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
     """The EMA copy of each parameter: ``shadow_params`` follow the network's parameter order."""
     names = [n for n, _ in _dit(shape).named_parameters()]
     if len(shadow) < len(names):
@@ -116,7 +165,6 @@ def _ema_state(state: dict, shadow: list, shape: dict, *, where: str) -> dict:
 
 
 def _dit(shape: dict):
-    from harness.models.mdlm_dit import MDLMDiT
 
     return MDLMDiT(
         vocab_size=shape["vocab_size"],
@@ -164,7 +212,7 @@ def load_dit(state: dict, shape: dict, *, where: str, extra_keys: list):
     return dit
 
 
-def _provenance(source: str, ema: bool | None) -> dict:
+def import_provenance(source: str, ema: bool | None) -> dict:
     extra = {"source": source, "network": "the release's DiT"}
     if ema is not None:
         extra["weights"] = "EMA" if ema else "raw"
@@ -187,20 +235,19 @@ def build_release_family(
 ):
     """Our ``family`` (found by name in the model registry) around the release's DiT loaded strictly
     from ``state``: built with a placeholder network and ``model_keys`` (its family's settings, also
-    written into the config), then ``backbone(dit)`` put in place by :func:`_finish` with ``finish``."""
-    from harness.models import family_class
+    written into the config), then ``backbone(dit)`` put in place by :func:`finish_import` with ``finish``."""
 
     Family = family_class(family)
     dit = load_dit(state, shape, where=where, extra_keys=extra_keys)
     model = Family(
         vocab_size=finish["C"], seq_len=shape["model_length"], d_model=d_model, n_layers=1, n_heads=2, **model_keys
     )
-    model.hparams.update(_provenance(source, ema))
+    model.hparams.update(import_provenance(source, ema))
     config_keys = {k: v for k, v in model_keys.items() if k != "time_conditioning"}
-    return _finish(model, backbone(dit), Family.config_class, shape=shape, where=where, **finish, **config_keys)
+    return finish_import(model, backbone(dit), Family.config_class, shape=shape, where=where, **finish, **config_keys)
 
 
-def _finish(
+def finish_import(
     model,
     backbone,
     config_class,
@@ -215,10 +262,8 @@ def _finish(
     **model_keys,
 ):
     """Swap the placeholder network for the release's, and describe the model as our configs do."""
-    from harness.config import Config, DataConfig
 
-    tokenizer = tokenizer if tokenizer is not None else _tokenizer(tokenizer_folder, C)
-    from dataclasses import fields
+    tokenizer = tokenizer if tokenizer is not None else release_tokenizer(tokenizer_folder, C)
 
     known = {f.name for f in fields(config_class)}
     time_keys = {"time_conditioning": time_conditioning, "cond_dim": shape["cond_dim"]}
@@ -239,14 +284,12 @@ def _finish(
     return model.to(device).eval(), tokenizer, cfg
 
 
-def _tokenizer(folder: Path, C: int, spec: str | None = None, *, saved: str | None = None):
+def release_tokenizer(folder: Path, C: int, spec: str | None = None, *, saved: str | None = None):
     """The tokenizer of a release checkpoint: ``spec`` when given (any ``--tokenizer`` spec), else
     the tokenizer files beside the weights, else GPT-2's for C = 50257 (MDLM's and MDM-Prime's
     OpenWebText models); its size must be C. ``saved`` is the tokenizer the checkpoint pickled in
     its hyper-parameters (``tokenizers`` JSON): when present, the chosen tokenizer must map every
     token to the same id, so a checkpoint is never scored through another vocabulary."""
-    from harness.data import get_tokenizer
-    from harness.data.tokenizers.hf import load_transformers
 
     if spec is not None:
         tokenizer, chosen = get_tokenizer(spec), f"--tokenizer {spec}"
@@ -276,7 +319,7 @@ def _tokenizer(folder: Path, C: int, spec: str | None = None, *, saved: str | No
 
 def _check_saved_vocabulary(tokenizer, saved: str, *, chosen: str) -> None:
     """Refuse ``tokenizer`` when it maps a token of the checkpoint's own tokenizer to another id."""
-    from tokenizers import Tokenizer as Backend
+    from tokenizers import Tokenizer as Backend  # deferred: only a release that pickled its tokenizer needs it
 
     backend = getattr(tokenizer, "_backend", None)
     if backend is None or not hasattr(backend, "get_vocab"):

@@ -13,6 +13,9 @@ from typing import Any
 
 from harness.errors import CheckpointError
 
+#: the Hydra ``algo.name`` of BD3-LM's release checkpoints (what tells its ``.ckpt`` from MDLM's layout)
+BD3LM_RELEASE_ALGO = "bd3lm"
+
 
 def config_flag(config: dict[str, Any], key: str, *, where: str, default: bool, label: str | None = None) -> bool:
     """``config[key]`` as a boolean: ``true``/``false`` (or the numbers 0/1); ``default`` when absent.

@@ -11,9 +11,12 @@ transformers causal LM, evaluated as the ARM) is registered here.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.models.hf_causal import hf_arm
 from harness.registry import Registry
 
 
@@ -52,7 +55,6 @@ def register_release(fmt: ReleaseFormat) -> ReleaseFormat:
 
 
 def _hf_loader(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
-    from harness.models.hf_causal import hf_arm
 
     return hf_arm(source, device=device)
 
@@ -71,8 +73,6 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    import importlib
-    import pkgutil
 
     for package in ADAPTER_PACKAGES:
         root = importlib.import_module(package)

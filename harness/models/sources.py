@@ -14,77 +14,37 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from harness.errors import CheckpointError
-
-#: what a primebench checkpoint folder is (it loads as a plain path, without a prefix)
-OWN_FOLDER = "a primebench checkpoint folder (config.yaml), which loads as a plain path"
+from harness.models.release_ckpt import OWN_FOLDER, check_ckpt_prefix, ckpt_prefix, what, wrong_prefix
+from harness.models.releases import format_of, release_formats, release_prefixes
+from harness.models.transfer import is_transfer_folder
+from harness.safe_load import load_lightning_checkpoint, plain
 
 
 def prefixes() -> tuple[str, ...]:
     """Every load prefix, from the registry of release formats (:mod:`harness.models.releases`)."""
-    from harness.models.releases import release_prefixes
 
     return release_prefixes()
 
 
 def ckpt_prefixes() -> tuple[str, ...]:
     """The prefixes of Lightning checkpoint files, which their loaders check themselves."""
-    from harness.models.releases import release_formats
 
     return tuple(f.prefix for f in release_formats() if f.checkpoint_file)
 
 
-def what(prefix: str) -> str:
-    """What the file or folder that ``prefix`` loads is (``""``: our own checkpoint folder)."""
-    from harness.models.releases import format_of
-
-    return OWN_FOLDER if not prefix else format_of(prefix).what
-
-
 def split_source(source: str) -> tuple[str, str]:
     """``"mdlm-ckpt:x.ckpt"`` -> ``("mdlm-ckpt:", "x.ckpt")``; an unprefixed path -> ``("", path)``."""
-    from harness.models.releases import format_of
 
     fmt = format_of(source)
     prefix = fmt.prefix if fmt is not None else ""
     return prefix, source[len(prefix) :]
 
 
-def ckpt_prefix(state: dict[str, Any], config: dict[str, Any]) -> str:
-    """The prefix of a release checkpoint, from its ``backbone.*`` keys (without ``backbone.``) and
-    its Hydra config: BD3-LM's says ``algo.name: bd3lm``; the AR baseline has no adaLN / sigma_map
-    (and ``backbone: ar``); a diffusion checkpoint is MDM-Prime's when ``prime.target_length`` > 1,
-    else MDLM's layout."""
-    from harness.models.bd3lm_import import RELEASE_ALGO
-
-    algo = config.get("algo") if isinstance(config.get("algo"), dict) else {}
-    if algo.get("name") == RELEASE_ALGO:
-        return "bd3lm-ckpt:"
-    if config.get("backbone") == "ar" or not any(k.startswith(("sigma_map.", "blocks.0.adaLN")) for k in state):
-        return "ar-ckpt:"
-    prime = config.get("prime") if isinstance(config.get("prime"), dict) else {}
-    try:
-        ell = int(prime.get("target_length", 1))
-    except (TypeError, ValueError):
-        ell = 1
-    return "prime-ckpt:" if ell > 1 else "mdlm-ckpt:"
-
-
-def check_ckpt_prefix(path: Path, state: dict[str, Any], config: dict[str, Any], *, used: str) -> None:
-    """Refuse a release checkpoint loaded with the prefix ``used`` when it is another kind."""
-    right = ckpt_prefix(state, config)
-    if right != used:
-        raise _wrong_prefix(path, used, right)
-
-
 def folder_prefixes(folder: Path) -> tuple[str, ...] | None:
     """The prefixes a folder loads with (the first is the one to suggest); None when unknown.
 
     Folders written by ``primebench import`` / ``export`` are left to their loader (None)."""
-    from harness.models.releases import release_formats
-    from harness.models.transfer import is_transfer_folder
 
     if (folder / "config.yaml").is_file():
         return ("",)
@@ -113,7 +73,6 @@ def file_prefix(path: Path) -> str | None:
     or a file that is not a release checkpoint (its loader says why)."""
     if path.suffix != ".ckpt":
         return None
-    from harness.safe_load import load_lightning_checkpoint, plain
 
     blob = load_lightning_checkpoint(path, what="checkpoint", mmap=True)  # refuses code, as every load does
     if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict):
@@ -140,15 +99,7 @@ def check_source(source: str) -> None:
         return
     if fits is None or used in fits:
         return
-    raise _wrong_prefix(path, used, fits[0])
-
-
-def _wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
-    mismatch = f"{used} does not load it" if used else "without a prefix it does not load"
-    return CheckpointError(
-        f"{str(path)!r} is {what(right)}; {mismatch}",
-        fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}",
-    )
+    raise wrong_prefix(path, used, fits[0])
 
 
 __all__ = [

@@ -16,12 +16,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import load_file
+
+import harness
+from harness.checkpoint import resolved_block
+from harness.config import config_from_dict
+from harness.data import load_tokenizer
 from harness.errors import CheckpointError, PrimebenchError
+from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
+from harness.models import family_class, family_names, model_from_config
+from harness.models.hf_causal import hf_arm, is_hf_source
+from harness.models.mdlm_import import build_ar, build_mdlm, load_dit
+from harness.models.release_config import config_flag, config_size
+from harness.models.releases import format_of, release_formats
 
 
 def formats() -> dict[str, str]:
     """``--source-format`` name -> load prefix, for every registered release format."""
-    from harness.models.releases import release_formats
 
     return {f.name: f.prefix for f in release_formats()}
 
@@ -52,10 +63,6 @@ def _prepare(out: Path) -> None:
 def import_checkpoint(source: str, out: str | Path, *, ema: bool = True, tokenizer: str | None = None) -> Path:
     """Convert ``source`` (a prefixed published checkpoint) into the folder ``out``; returns ``out``.
     ``tokenizer`` names the tokenizer of a release checkpoint without tokenizer files."""
-    import harness
-    from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
-    from harness.models.hf_causal import is_hf_source
-    from harness.models.releases import format_of
 
     out = Path(out)
     model, tokenizer, cfg = harness.load(source, ema=ema, tokenizer=tokenizer)  # validates all before writing
@@ -113,14 +120,7 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
         return _load_export(folder, doc, ema=ema, device=device)
     info = doc[IMPORT_KEY]
     if info.get("format") == "hf-causal":
-        from harness.models.hf_causal import hf_arm
-
         return hf_arm(f"hf:{folder}", device=device)
-    from safetensors.torch import load_file
-
-    from harness.data import load_tokenizer
-    from harness.models.mdlm_import import build_ar, build_mdlm, load_dit
-    from harness.models.release_config import config_flag, config_size
 
     tensors = load_file(str(folder / WEIGHTS))
     state = {k.removeprefix("backbone."): v for k, v in tensors.items() if k.startswith("backbone.")}
@@ -150,7 +150,6 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
             device=device,
             name=folder.name,
         )
-    from harness.models import family_class, family_names
 
     for name in family_names():  # a section named after a family: that family builds the model
         if name in doc:
@@ -161,9 +160,6 @@ def load_transfer_folder(path, *, ema: bool = True, device: str = "cpu"):
 
 def export_checkpoint(checkpoint, out: str | Path, *, ema: bool = True) -> Path:
     """Write our checkpoint ``checkpoint`` as an HF-style folder ``out`` (safetensors + config.json)."""
-    import harness
-    from harness.checkpoint import resolved_block
-    from harness.io import atomic_write_bytes, atomic_write_text, safetensors_bytes
 
     out = Path(out)
     model, tokenizer, cfg = harness.load(checkpoint, ema=ema)
@@ -190,11 +186,6 @@ def export_checkpoint(checkpoint, out: str | Path, *, ema: bool = True) -> Path:
 
 
 def _load_export(folder: Path, doc: dict, *, ema: bool, device: str):
-    from safetensors.torch import load_file
-
-    from harness.config import config_from_dict
-    from harness.data import load_tokenizer
-    from harness.models import model_from_config
 
     cfg = config_from_dict(doc["config"])
     resolved = doc["resolved"]

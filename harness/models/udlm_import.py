@@ -24,8 +24,9 @@ import torch
 from torch import nn
 
 from harness.errors import CheckpointError
+from harness.io import read_json
 from harness.models.mdlm_import import read_weights
-from harness.models.release_ckpt import _sigma, _tokenizer, build_release_family
+from harness.models.release_ckpt import build_release_family, release_sigma, release_tokenizer
 from harness.models.release_config import config_flag, config_size
 from harness.models.releases import ReleaseFormat, register_release
 
@@ -46,7 +47,7 @@ class UniformBackbone(nn.Module):
             raise CheckpointError(
                 "a release's DiT reads token ids, not soft inputs", fix="fine-tune a model trained here instead"
             )
-        return self.dit(ids, _sigma(t, ids.shape[0], ids.device, self.time_conditioning))
+        return self.dit(ids, release_sigma(t, ids.shape[0], ids.device, self.time_conditioning))
 
 
 def load_uniform_hf(
@@ -64,7 +65,6 @@ def load_uniform_hf(
 
     ``time_conditioning``: None reads ``config.json``'s flag (default true); a bool is the layout's
     fixed setting. ``refuse``: config flags that must be false, each with the reason."""
-    from harness.io import read_json
 
     folder = Path(str(source)[len(prefix) :]).expanduser()
     if not folder.is_dir():
@@ -105,7 +105,7 @@ def load_uniform_hf(
         extra_keys=others,
         tokenizer_folder=folder,
         device=device,
-        tokenizer=_tokenizer(folder, shape["vocab_size"], tokenizer),
+        tokenizer=release_tokenizer(folder, shape["vocab_size"], tokenizer),
     )
 
 

@@ -110,7 +110,7 @@ _METHODS.register("mdlm-legacy", _mdlm_legacy)
 METHODS: tuple[str, ...] = ("gumbel", "race", "mdlm-legacy")
 
 
-def _check_probs(probs: torch.Tensor) -> None:
+def check_probs(probs: torch.Tensor) -> None:
     if not probs.is_floating_point():
         raise PrimebenchError(
             f"probs must be a floating tensor, got {probs.dtype}", fix="pass probabilities, or pass logits= instead"
@@ -166,7 +166,7 @@ def sample_categorical(
     if (probs is None) == (logits is None):
         raise PrimebenchError("sample_categorical needs exactly one of probs= or logits=")
     if probs is not None:
-        _check_probs(probs)
+        check_probs(probs)
         p = probs.to(dtype)
         impossible = p == 0
         if bool(impossible.all(-1).any()):
@@ -198,7 +198,7 @@ def sample_inverse_cdf(
     exact law). The two-stage ancestral draw uses it for the token of each revealed unit.
     """
     dtype = parse_dtype(dtype)
-    _check_probs(probs)
+    check_probs(probs)
     cdf = torch.cumsum(probs.to(dtype), dim=-1)
     total = cdf[..., -1:]
     if bool((total <= 0).any()):
@@ -256,7 +256,7 @@ def filter_nucleus(probs: torch.Tensor, p: float, rule: str) -> torch.Tensor:
     """:func:`nucleus_filter` with ``p`` and ``rule`` already checked (the samplers' settings are)."""
     if p == 1.0:
         return probs
-    _check_probs(probs)
+    check_probs(probs)
     q = probs / probs.sum(-1, keepdim=True)
     sorted_q, order = torch.sort(q, dim=-1, descending=True)
     if rule == "below":

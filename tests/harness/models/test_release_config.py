@@ -94,10 +94,10 @@ def test_the_helpers_name_nested_keys_and_keep_defaults():
 
 def test_a_release_ckpt_config_is_read_as_strictly():
     from harness.errors import CheckpointError
-    from harness.models.mdlm_import import _model_shape
+    from harness.models.mdlm_import import model_shape
 
     good = {"model": {"length": 128, "hidden_size": 64, "cond_dim": 32, "n_blocks": 2, "n_heads": 4}}
-    assert _model_shape(good, "r.ckpt", vocab_size=9) == {
+    assert model_shape(good, "r.ckpt", vocab_size=9) == {
         "model_length": 128,
         "hidden_dim": 64,
         "cond_dim": 32,
@@ -106,6 +106,6 @@ def test_a_release_ckpt_config_is_read_as_strictly():
         "vocab_size": 9,
     }
     with pytest.raises(CheckpointError, match="model.length"):
-        _model_shape({"model": dict(good["model"], length=0)}, "r.ckpt")
+        model_shape({"model": dict(good["model"], length=0)}, "r.ckpt")
     with pytest.raises(CheckpointError, match="model.n_heads"):
-        _model_shape({"model": {k: v for k, v in good["model"].items() if k != "n_heads"}}, "r.ckpt")
+        model_shape({"model": {k: v for k, v in good["model"].items() if k != "n_heads"}}, "r.ckpt")
