@@ -25,6 +25,7 @@ from harness.errors import ConfigError
 from harness.models import MODELS
 from harness.models.base import Estimator, ModelConfig, ModelFamily
 from harness.nll import NLL
+from harness.positions import build_positions
 
 EXACT = Estimator("exact", "exact", "", "exact -sum log p(x^i | x^{<i}) over the scored targets")
 
@@ -69,7 +70,6 @@ class ARM(ModelFamily):
         mixer_width: int = 0,
         mixer_placement: str = "input",
     ):
-        from harness.positions import build_positions
 
         hparams = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
         if mixer_width:  # recorded only when on, so the plain network's hyper-parameters are unchanged

@@ -36,9 +36,11 @@ import torch
 from baselines.mdlm import subs_log_probs
 from harness import diffusion
 from harness.backbone import KVCache
-from harness.errors import ConfigError
+from harness.errors import CheckpointError, ConfigError
 from harness.models import MODELS
+from harness.models.bd3lm_import import build_bd3lm
 from harness.models.masked_diffusion import MaskedDiffusion, MaskedDiffusionConfig
+from harness.models.release_config import config_size
 
 
 @dataclass(frozen=True)
@@ -165,9 +167,6 @@ class BD3LM(MaskedDiffusion):
 
     @classmethod
     def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
-        from harness.errors import CheckpointError
-        from harness.models.bd3lm_import import build_bd3lm
-        from harness.models.release_config import config_size
 
         block = section if isinstance(section, dict) else {}
         shape = dict(shape, block_size=config_size(block, "block_size", where=where, label="bd3lm.block_size"))

@@ -31,6 +31,7 @@ import torch
 from harness.models import MODELS
 from harness.models.base import Estimator
 from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
+from harness.models.udlm_import import build_uniform
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,6 @@ class UDLM(MaskedDiffusion):
 
     @classmethod
     def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
-        from harness.models.udlm_import import build_uniform
 
         kept = {k: v for k, v in common.items() if k != "time_conditioning"}
         return build_uniform(cls.family, state, shape=shape, extra_keys=[], **kept)

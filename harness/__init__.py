@@ -16,18 +16,18 @@ def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None =
     ``udlm-hf:PATH`` / ``duo-hf:PATH`` (a published UDLM or DUO), or any other prefix in the registry
     of release formats (:mod:`harness.models.releases`). ``tokenizer`` names the tokenizer of a
     release checkpoint that has no tokenizer files beside it."""
+    # deferred: the CLI imports this package at start-up, which must not load torch
     from harness.checkpoint import load_checkpoint
     from harness.models.hf_causal import is_hf_source
     from harness.models.releases import format_of
     from harness.models.sources import check_source
+    from harness.models.transfer import is_transfer_folder, load_transfer_folder
 
     source = str(path)
     check_source(source)  # a prefix that does not fit the file or folder is named, with the right one
     fmt = format_of(source)  # the registry of release formats (harness.models.releases)
     if fmt is not None and is_hf_source(source):
         return fmt.loader(source, ema=ema, device=device, tokenizer=tokenizer)
-    from harness.models.transfer import is_transfer_folder, load_transfer_folder
-
     if is_transfer_folder(source):  # written by `primebench import` / `primebench export`
         return load_transfer_folder(source, ema=ema, device=device)
     if fmt is not None:

@@ -28,11 +28,15 @@ from typing import Any
 
 import torch
 import yaml
+from safetensors import safe_open
 
 from harness import stopping
 from harness.config import Config, config_from_dict, drop_legacy_model_keys
+from harness.data import get_tokenizer, load_tokenizer
 from harness.errors import CheckpointError, PrimebenchError
-from harness.io import finish_replace_together, replace_together, safetensors_bytes
+from harness.io import file_sha256, finish_replace_together, replace_together, safetensors_bytes
+from harness.models import model_from_config
+from harness.safe_load import load_torch_file
 
 FORMAT = "primebench-checkpoint/1"
 WEIGHTS = "model.safetensors"
@@ -156,7 +160,6 @@ def read_checkpoint_config(path: Path) -> tuple[Config, dict[str, Any]]:
 
 
 def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    from safetensors import safe_open
 
     wpath = path / WEIGHTS
     if not wpath.is_file():
@@ -177,8 +180,6 @@ def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 def load_checkpoint(path, *, ema: bool = True, device: str = "cpu"):
     """Return ``(model, tokenizer, config)``; the EMA weights are loaded when ``ema`` and present."""
-    from harness.data import load_tokenizer
-    from harness.models import model_from_config
 
     path = Path(path)
     cfg, resolved = read_checkpoint_config(path)
@@ -246,7 +247,6 @@ def non_finite(*states: dict[str, torch.Tensor]) -> list[str]:
 
 def folder_sha256(folder: Path) -> str:
     """SHA-256 over a folder's files (relative names and bytes, in name order)."""
-    import hashlib
 
     digest = hashlib.sha256()
     for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
@@ -296,7 +296,6 @@ def rebuild_tokenizer(path, spec: str, *, corpus=None):
     that training recorded in config.yaml; a checkpoint saved before that hash existed is held to the
     tokenizer spec it recorded. A folder that is not a primebench checkpoint (an exported one) recorded
     neither and gets the rebuilt tokenizer as is."""
-    from harness.data import get_tokenizer
 
     tokenizer = get_tokenizer(spec, corpus=corpus)
     path = Path(str(path))
@@ -349,7 +348,6 @@ def check_weights_sha256(path: Path, resolved: dict[str, Any]) -> None:
     expected = resolved.get("weights_sha256")
     if not expected:
         return
-    from harness.io import file_sha256
 
     found = file_sha256(path / WEIGHTS)
     if found != expected:
@@ -367,8 +365,6 @@ def load_trainer_state(path: Path) -> dict[str, Any] | None:
     spath = Path(path) / STATE
     if not spath.is_file():
         return None
-    from harness.io import file_sha256
-    from harness.safe_load import load_torch_file
 
     hpath = Path(path) / STATE_HASH
     expected = hpath.read_text(errors="replace").strip() if hpath.is_file() else None

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 from harness.errors import PrimebenchError
 
 
@@ -74,7 +76,6 @@ def check_device(value: str) -> str:
     with two GPUs, a name torch does not know) before anything loads; returns ``value``."""
     if value == "cpu":
         return value  # the default: no need to import torch while parsing
-    import torch
 
     fix = "use --device cpu, cuda or cuda:N (N a GPU index)"
     try:

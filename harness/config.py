@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from harness.errors import ConfigError
+from harness.models import MODELS, family_class, family_names
 from harness.models.base import ModelConfig
 
 
@@ -95,14 +96,12 @@ _SECTIONS = {"data": DataConfig, "train": TrainConfig}
 
 
 def _family_config(family: str) -> type[ModelConfig]:
-    from harness.models import family_class
 
     return family_class(family).config_class
 
 
 def _model_section(data: dict[str, Any]) -> ModelConfig:
     """Build ``model.*`` with the config class of its family: each family accepts only its own keys."""
-    from harness.models import MODELS, family_names
 
     if not isinstance(data, dict):
         raise ConfigError(f"config section 'model' must be a mapping, got {_shown(data)}")

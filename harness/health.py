@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.metrics.references import fit_counts, reference_nlls
+
 #: how close to the unigram reference (nats/token) counts as "still on the plateau"
 PLATEAU_MARGIN = 0.05
 #: the small mask rate of the context gain
@@ -43,7 +45,6 @@ class Health:
     def build(cls, model, train, valid, *, n_rows: int, steps: int, seed: int) -> Health:
         """``train``/``valid``: rows with ``input_ids``/``attention_mask``; the first ``n_rows``
         validation rows are the ones the validation loss scores."""
-        from harness.metrics.references import fit_counts, reference_nlls
 
         rows, mask = valid.input_ids[:n_rows], valid.attention_mask[:n_rows]
         counts = fit_counts(train.input_ids, train.attention_mask, vocab_size=model.vocab_size)

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import torch
 
+from harness.data.images import to_images
+from harness.sampling import generate
+
 
 def save_grid(images: torch.Tensor, path: str | Path, *, nrow: int | None = None, scale: int = 1, pad: int = 1) -> Path:
     """Write uint8 images (N, ch, H, W), ch in {1, 3}, as a grid PNG (``nrow`` per row, default ~sqrt(N))."""
@@ -46,8 +49,6 @@ def write_sample_grid(model, ds, path: str | Path, *, num_samples: int = 64, see
 
     ``ds``: the :class:`harness.data.images.ImageTokens` the model was trained on (its layout and levels).
     """
-    from harness.data.images import to_images
-    from harness.sampling import generate
 
     out = generate(model, num_samples=num_samples, batch_size=num_samples, generator=seed)
     scale = max(1, 128 // max(ds.height, ds.width))

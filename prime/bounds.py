@@ -39,7 +39,10 @@ from typing import NamedTuple
 
 import torch
 
+from harness.diffusion import check_time_sampler, monte_carlo_nelbo
 from harness.errors import PrimebenchError
+from harness.processes import Absorbing
+from harness.schedules import get_schedule
 from prime.subtokens import encode, mask_id, subtoken_base
 from prime.terms import (  # noqa: F401 - re-exported: the building blocks' historical home
     carry_over_bias,
@@ -304,9 +307,6 @@ def _monte_carlo(
     and the truncation at eps = 1e-3 biases it by O(eps), as in MDLM.
     ``states_per_call`` is unused: each draw scores the B sequences in one denoiser call.
     """
-    from harness.diffusion import check_time_sampler, monte_carlo_nelbo
-    from harness.processes import Absorbing
-    from harness.schedules import get_schedule
 
     if num_samples is None or num_samples < 2:
         raise PrimebenchError(

@@ -41,10 +41,13 @@ from typing import Any
 
 import torch
 
+from harness.audit.gumbel import grid_gumbel_probs
 from harness.errors import ConfigError
 from harness.models import MODELS
 from harness.models.base import Estimator
 from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
+from harness.models.mdlm_import import build_prime
+from harness.models.release_config import config_flag, config_size
 from harness.sampling.categorical import sample_categorical
 from prime.embedding import LAYOUTS, SubtokenEmbedding
 from prime.subtokens import binary_ell, check_permutation, decode, encode, subtoken_base, token_permutation
@@ -348,7 +351,6 @@ class Prime(MaskedDiffusion):
         denoiser: x_hat is drawn from ``probs`` alone (no stay mass) and the digits only decide when
         it is revealed, so the law is the grid law of one Gumbel-max in ``dtype`` at every ``steps``
         (:func:`harness.audit.gumbel.grid_gumbel_probs`)."""
-        from harness.audit.gumbel import grid_gumbel_probs
 
         return grid_gumbel_probs(probs, dtype)
 
@@ -416,8 +418,6 @@ class Prime(MaskedDiffusion):
 
     @classmethod
     def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
-        from harness.models.mdlm_import import build_prime
-        from harness.models.release_config import config_flag, config_size
 
         prime = section if isinstance(section, dict) else {}
         shape = dict(

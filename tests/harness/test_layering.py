@@ -134,3 +134,26 @@ def test_an_import_inside_a_function_says_why_it_is_deferred():
                     if not told:
                         unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not unexplained, "move these to the module top, or say why they wait:\n" + "\n".join(unexplained)
+
+
+#: packages whose imports wait inside functions as a rule, and the rule's reason
+DEFERRED_PACKAGES = {
+    "harness/cli": "a command imports what it runs when it runs, so that `primebench --help` and the "
+    "command list load neither torch nor the evaluation packages",
+}
+
+
+def test_a_package_that_defers_its_imports_keeps_its_reason():
+    """The CLI's modules defer their imports by rule: importing the CLI and building its top-level
+    commands loads no torch (the reason in DEFERRED_PACKAGES holds), and the two lists do not overlap."""
+    import subprocess
+    import sys
+
+    assert not set(DEFERRED_PACKAGES) & set(EXPLAINED_IMPORTS)
+    code = (
+        "import sys, click; from harness.cli import main\n"
+        "ctx = click.Context(main); [main.get_command(ctx, n) for n in main.list_commands(ctx)]\n"
+        "assert 'torch' not in sys.modules, 'torch loaded at start-up'\n"
+        "assert not any(m.startswith(('harness.evaluation', 'harness.sampling')) for m in sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
