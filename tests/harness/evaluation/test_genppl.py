@@ -177,7 +177,7 @@ def test_judge_specs_are_checked_before_anything_loads(tmp_path, monkeypatch):
 
     import transformers
 
-    import harness.offline
+    import harness.models.hf_causal as hf_causal  # where the judge's hub check looks up hub_reachable
     from harness.errors import OfflineError, PrimebenchError
     from harness.judges import check_judge_spec
 
@@ -186,7 +186,7 @@ def test_judge_specs_are_checked_before_anything_loads(tmp_path, monkeypatch):
     )
     for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(flag, raising=False)
-    monkeypatch.setattr(harness.offline, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hf_causal, "hub_reachable", lambda timeout=3.0: True)
     with pytest.raises(PrimebenchError, match="unknown judge 'smolm2'") as info:
         check_judge_spec("smolm2")
     assert "did you mean 'smollm2'" in info.value.fix
@@ -196,7 +196,7 @@ def test_judge_specs_are_checked_before_anything_loads(tmp_path, monkeypatch):
     with pytest.raises(PrimebenchError, match="does not exist"):
         check_judge_spec(str(tmp_path / "missing"))
     assert check_judge_spec("gpt2-large") == "hub"
-    monkeypatch.setattr(harness.offline, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(hf_causal, "hub_reachable", lambda timeout=3.0: False)
     began = time.perf_counter()
     with pytest.raises(OfflineError, match="unreachable"):
         check_judge_spec("gpt2-large")
