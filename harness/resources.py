@@ -20,6 +20,8 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
+import torch
+
 from harness.backbone import network_shape
 from harness.errors import ConfigError
 
@@ -190,8 +192,6 @@ def memory_limit(device: str = "cpu") -> tuple[int, str]:
             raise ConfigError(f"{LIMIT_VARIABLE}={raw!r} must be positive", fix=f"unset {LIMIT_VARIABLE} or raise it")
         return int(value * scale), f"{LIMIT_VARIABLE}={raw}"
     if str(device).startswith("cuda"):
-        import torch
-
         index = torch.device(device).index
         props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
         return int(props.total_memory), f"the memory of {device} ({props.name})"

@@ -20,7 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
 from harness.errors import PrimebenchError
 from harness.io import read_json
@@ -237,7 +239,6 @@ def load_lightning_checkpoint(path: str | Path, *, what: str = "checkpoint", mma
     ``os.system``, a class from elsewhere) gets the file refused with :class:`UnsafeFileError`
     before anything is unpickled. :func:`plain` turns the records into dicts and values. ``mmap``:
     map the tensors rather than read them (enough to look at the keys and the config)."""
-    from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
     path = Path(path)
     fix = "re-download it from the release"
@@ -325,8 +326,6 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def _check_plain_arrays(value: Any, depth: int = 0) -> None:
-    import numpy as np
-
     if depth > 8:
         return
     if isinstance(value, np.ndarray):

@@ -33,6 +33,7 @@ from harness.data import get_corpus, get_tokenizer, load_tokenizer
 from harness.data.images import get_image_dataset, is_image_spec, parse_image_spec
 from harness.errors import ConfigError, NumericalError
 from harness.health import Health
+from harness.images import write_sample_grid
 from harness.logging import console, progress
 from harness.models import model_from_config
 from harness.resources import check_fits, estimate_for_config
@@ -437,8 +438,6 @@ def _finish(run: _Run, end: int, val_loss: float | None) -> float | None:
         with run.ema.swapped_in(model):
             val_loss = validation_loss(model, run.valid_data.input_ids, run.valid_data.attention_mask, cfg, info.device)
     if is_image_spec(cfg.data.corpus) and info.is_main and end == cfg.train.steps and cfg.train.sample_grid > 0:
-        from harness.images import write_sample_grid
-
         with run.ema.swapped_in(model):
             layout = get_image_dataset(parse_image_spec(cfg.data.corpus).with_split(cfg.data.train_split))
             write_sample_grid(model, layout, out / "samples.png", num_samples=cfg.train.sample_grid, seed=cfg.seed)

@@ -133,7 +133,7 @@ def _all_patterns(L: int, ell: int, device: torch.device, what: str) -> torch.Te
     return bits.bool().reshape(1, 2**N, L, ell)
 
 
-def _pattern_weights(N: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def pattern_weights(N: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """(2^N,) w(S) = 1 / (n * binom(N, n)) for n = |S| >= 1, and 0 for the empty pattern."""
     per_n = [0.0] + [1.0 / (n * math.comb(N, n)) for n in range(1, N + 1)]
     sizes = ((torch.arange(2**N)[:, None] >> torch.arange(N)) & 1).sum(-1)
@@ -271,7 +271,7 @@ def _objective(
         patterns = _all_patterns(L, ell, x0.device, f"exact {which} objective")
         scores = _score_masks(denoiser, x0, patterns, C=C, ell=ell, states_per_call=states_per_call)
         g = scores.subtoken if which == "subtoken" else scores.token_joint  # (B, 2^N)
-        return (g * _pattern_weights(L * ell, g.dtype, g.device)).sum(-1)
+        return (g * pattern_weights(L * ell, g.dtype, g.device)).sum(-1)
     return _monte_carlo(
         which,
         denoiser,

@@ -58,6 +58,7 @@ from prime.terms import (
     subtoken_nll_terms,
     token_joint_nll_terms,
 )
+from prime.toy_audit import toy_audit, unigram_audit
 
 SUBTOKEN = Estimator(
     "subtoken", "bound", "", "sub-token bound: marginals of the restricted joint over masked sub-tokens"
@@ -371,7 +372,6 @@ class Prime(MaskedDiffusion):
         """The bound audit's enumeration on toy denoisers of this family (:func:`prime.toy_audit.toy_audit`):
         a :class:`harness.audit.bound.BoundAudit` of exact NLL, sub-token bound and token-joint objective.
         ``ell``: digits per token, or ``"binary"`` (ceil(log2 C))."""
-        from prime.toy_audit import toy_audit
 
         return toy_audit(C, ell, L, seeds=seeds, seed=seed, shuffle_seed=shuffle_seed)
 
@@ -379,7 +379,6 @@ class Prime(MaskedDiffusion):
     def unigram_bound_audit(cls, p: torch.Tensor, *, name: str, shuffle_seed: int | None = 0, protocol=None):
         """The ideal one-token model of the law ``p`` (C,) at ell = 1, 2, 4 and binary, without and with
         index shuffling, by enumeration (:func:`prime.toy_audit.unigram_audit`)."""
-        from prime.toy_audit import unigram_audit
 
         return unigram_audit(p, name=name, shuffle_seed=shuffle_seed, protocol=protocol)
 

@@ -16,8 +16,8 @@ import torch
 
 from harness.audit.bound import BoundAudit, BoundRow
 from harness.errors import PrimebenchError
-from prime.bounds import MAX_ENUMERATED_UNITS, exact_nll, subtoken_bound, token_joint_objective
-from prime.subtokens import binary_ell, token_permutation
+from prime.bounds import MAX_ENUMERATED_UNITS, exact_nll, pattern_weights, subtoken_bound, token_joint_objective
+from prime.subtokens import binary_ell, subtoken_base, token_permutation
 from prime.toy import ConstantDenoiser, TableDenoiser, data_entropy, worked_example
 
 MAX_TOY_STATES = 2**20  # C^L sequences times 2^(L*ell) mask patterns, all enumerated
@@ -176,14 +176,12 @@ def ideal_one_token(p: torch.Tensor, ell: int) -> tuple[float, float, float]:
     with H(Y_R) the entropy of the law of the digits in R (p padded with zeros to base^ell codes,
     summed over the masked digits' axes). The same numbers as enumerating the (token, pattern)
     states (tested), at 2^ell * base^ell work instead of C * 2^ell denoiser rows."""
-    from prime.bounds import _pattern_weights
-    from prime.subtokens import subtoken_base
 
     C = p.shape[0]
     base = subtoken_base(C, ell)
     H = data_entropy(p)
     grid = torch.nn.functional.pad(p.double(), (0, base**ell - C)).reshape([base] * ell)
-    weights = _pattern_weights(ell, torch.float64, p.device)  # pattern m masks digit j iff bit j of m is set
+    weights = pattern_weights(ell, torch.float64, p.device)  # pattern m masks digit j iff bit j of m is set
     tok = 0.0
     for m in range(1, 2**ell):
         masked_axes = [j for j in range(ell) if (m >> j) & 1]
