@@ -27,7 +27,7 @@ LOGLINEAR_EPS = 1e-3
 OWN_FOLDER = "a primebench checkpoint folder (config.yaml), which loads as a plain path"
 
 
-def what(prefix: str) -> str:
+def prefix_description(prefix: str) -> str:
     """What the file or folder that ``prefix`` loads is (``""``: our own checkpoint folder)."""
 
     return OWN_FOLDER if not prefix else format_of(prefix).what
@@ -62,7 +62,7 @@ def check_ckpt_prefix(path: Path, state: dict[str, Any], config: dict[str, Any],
 def wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
     mismatch = f"{used} does not load it" if used else "without a prefix it does not load"
     return CheckpointError(
-        f"{str(path)!r} is {what(right)}; {mismatch}",
+        f"{str(path)!r} is {prefix_description(right)}; {mismatch}",
         fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}",
     )
 
@@ -340,4 +340,22 @@ def _check_saved_vocabulary(tokenizer, saved: str, *, chosen: str) -> None:
         )
 
 
-__all__ = ["LOGLINEAR_EPS", "ReleaseCkpt", "load_dit", "read_release_ckpt"]
+__all__ = [
+    "LOGLINEAR_EPS",
+    "OWN_FOLDER",
+    "ReleaseCkpt",
+    "build_release_family",
+    "check_ckpt_prefix",
+    "check_heads",
+    "ckpt_prefix",
+    "ema_state",
+    "finish_import",
+    "import_provenance",
+    "load_dit",
+    "model_shape",
+    "prefix_description",
+    "read_release_ckpt",
+    "release_sigma",
+    "release_tokenizer",
+    "wrong_prefix",
+]

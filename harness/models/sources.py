@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.models.release_ckpt import OWN_FOLDER, check_ckpt_prefix, ckpt_prefix, what, wrong_prefix
+from harness.models.release_ckpt import OWN_FOLDER, check_ckpt_prefix, ckpt_prefix, wrong_prefix
+from harness.models.release_ckpt import prefix_description as what
 from harness.models.releases import format_of, release_formats, release_prefixes
 from harness.models.transfer import is_transfer_folder
 from harness.safe_load import load_lightning_checkpoint, plain

@@ -281,15 +281,19 @@ def _plan_text(
     return steps_out
 
 
+def _mdlm_owt_source(checkpoints: dict[str, str], samples: int | None) -> tuple[float, int, str, int]:
+    """What the MDLM-OWT sampling plans share: forward FLOPs per token, L, the checkpoint to sample
+    (``checkpoints["mdlm"]``, taken out, else MDLM's OWT release) and the sample count (default 64)."""
+    src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
+    return forward_flops_per_token(OWT_MODEL), OWT_MODEL["seq_len"], src, samples or 64
+
+
 def _plan_genppl(
     preset: str, checkpoints: dict[str, str], root: str, samples: int | None, steps: list[int] | None
 ) -> list[Step]:
     """``genppl``: MDLM-OWT's Gen PPL at T = 64, 256, 1024 (or ``steps``)."""
     steps_out: list[Step] = []
-    fwd = forward_flops_per_token(OWT_MODEL)
-    L = OWT_MODEL["seq_len"]
-    src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
-    n = samples or 64
+    fwd, L, src, n = _mdlm_owt_source(checkpoints, samples)
     for T in steps or [64, 256, 1024]:  # DUO and Zheng et al. sample MDLM without nucleus filtering (p = 1)
         steps_out.append(
             Step(
@@ -327,11 +331,8 @@ def _plan_precision(
 ) -> list[Step]:
     """``precision``: the fp32/fp64 audit on MDLM-OWT, with the two-stage draw as control."""
     steps_out: list[Step] = []
-    fwd = forward_flops_per_token(OWT_MODEL)
-    L = OWT_MODEL["seq_len"]
-    src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
+    fwd, L, src, n = _mdlm_owt_source(checkpoints, samples)
     sweep = steps or [100, 1000, 10000]
-    n = samples or 64
     steps_out.append(
         Step(
             f"audit precision {src}: joint draw (mdlm-legacy), float32 vs float64, T = "
