@@ -1,5 +1,6 @@
 """The typed NLL every model family returns: nats per sequence, tokens scored, and what the number
-is (``KINDS``: exact, bound, paper objective, estimate)."""
+is (``KINDS``: exact, bound, paper objective, estimate, and exact-policy: the exact likelihood of a
+masked model's sampler under a deterministic unmasking policy, :mod:`harness.evaluation.duel`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Literal
 
 import torch
 
-Kind = Literal["exact", "bound", "paper-objective", "estimate"]
-KINDS: tuple[str, ...] = ("exact", "bound", "paper-objective", "estimate")
+Kind = Literal["exact", "bound", "paper-objective", "estimate", "exact-policy"]
+KINDS: tuple[str, ...] = ("exact", "bound", "paper-objective", "estimate", "exact-policy")
 
 
 @dataclass(frozen=True)

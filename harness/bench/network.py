@@ -1,13 +1,17 @@
 """Bench stages 2-4, the network's cost: the backbone forward and one training step as fractions of
-the GEMM ceiling, and each family's NLL per Monte-Carlo sample against the ARM's exact NLL."""
+the GEMM ceiling, each family's NLL per Monte-Carlo sample against the ARM's exact NLL, and DUEL's
+cost in forward passes."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from harness.backbone import Backbone, BackboneConfig
 from harness.bench.measure import C_GPT2, Figure, PeakRSS, block_matmuls, median_time, sync_for
+from harness.evaluation.duel import Policy, duel_nll
 from harness.models import build_model, family_class, family_names
 from harness.resources import inference_for_model, training_step_bytes
 from harness.sampling import generate
@@ -183,7 +187,34 @@ def nll_cost_figures(*, B=4, L=256, d=256, layers=4, heads=4, C=C_GPT2, repeats=
                 {"seconds": s},
             )
         )
-    return out
+    return out + _duel_figures(cases, common, x0, seconds, repeats=repeats, device=device)
+
+
+def _duel_figures(cases, common, x0, seconds, *, repeats: int, device, tokens: int = 16) -> list[Figure]:
+    """DUEL's cost (:mod:`harness.evaluation.duel`) on the first masked family's plain setting: a row
+    scored under the confidence policy revealing ``tokens`` per pass, over one Monte-Carlo sample of
+    that family's bound. It takes ceil(L / tokens) forward passes, so the target is that many bound
+    samples, with the bound's own 1.25x allowance for the policy's ranking."""
+
+    masked = [(n, keys) for n, keys in cases if family_class(n).forward_process == "absorbing" and not keys]
+    if not masked:
+        return []
+    family = masked[0][0]
+    model = build_model(family, **common).to(device).eval()
+    policy = Policy("confidence", tokens=tokens)
+    passes = math.ceil(x0.shape[1] / tokens)
+    duel = median_time(lambda: duel_nll(model, x0, policy), repeats, sync=sync_for(device))
+    ratio = duel / seconds[family]
+    return [
+        Figure(
+            f"nll: DUEL on {family} (confidence, {tokens} tokens per pass) / one Monte-Carlo sample of its bound",
+            ratio,
+            "ratio",
+            f"<= {1.25 * passes:g} ({passes} passes)",
+            ratio <= 1.25 * passes,
+            {"seconds": duel, "forward_passes": passes, "tokens_per_pass": tokens},
+        )
+    ]
 
 
 def inference_memory_figures(*, B=8, L=256, d=256, layers=4, heads=4, vocab=C_GPT2, device="cpu"):

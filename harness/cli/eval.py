@@ -19,7 +19,7 @@ from harness.cli.options import (
     seed_option,
     time_sampler_option,
 )
-from harness.cli.parsing import LazyChoice, estimator_choices
+from harness.cli.parsing import LazyChoice, estimator_choices, policy_choices
 
 
 @click.group("eval")
@@ -58,7 +58,30 @@ def eval_group():
     default="default",
     show_default=True,
     help="default: the family's first estimator; both: every estimator it offers, side by side; or one by "
-    "name (`primebench models` lists them; Prime: subtoken = valid bound, token_joint = paper objective).",
+    "name (`primebench models` lists them; Prime: subtoken = valid bound, token_joint = paper objective); "
+    "duel: for the masked families, the exact likelihood of the sampler that reveals tokens in --policy's "
+    "order (kind exact-policy, its own column).",
+)
+@click.option(
+    "--policy",
+    type=LazyChoice(policy_choices),
+    default=None,
+    help="DUEL's unmasking policy: left-to-right, confidence (largest max-probability), margin (largest "
+    "top-two gap), entropy (smallest) [default: confidence]. oracle (ground-truth order) is refused: not a "
+    "likelihood.",
+)
+@click.option(
+    "--policy-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="DUEL: tokens revealed per forward pass [default: 1].",
+)
+@click.option(
+    "--policy-block",
+    type=click.IntRange(min=1),
+    default=None,
+    help="DUEL: pick inside the leftmost unfinished block of this many tokens (semi-autoregressive) "
+    "[default: the whole row; BD3-LM: its own blocks].",
 )
 @time_sampler_option()
 @seed_option()

@@ -101,10 +101,19 @@ class LazyChoice(click.Choice):
 
 
 def estimator_choices() -> list[str]:
-    """``--estimator`` values: default (the family's first), both (all it offers), or an estimator name."""
+    """``--estimator`` values: default (the family's first), both (all it offers), an estimator name,
+    or DUEL's policy likelihood for the masked families."""
+    from harness.evaluation.duel import DUEL
     from harness.models import estimator_names
 
-    return ["default", "both", *estimator_names()]
+    return ["default", "both", *estimator_names(), DUEL.name]
+
+
+def policy_choices() -> list[str]:
+    """``--policy`` values: DUEL's unmasking policies, and the refused ones (refused with their reason)."""
+    from harness.evaluation.duel import POLICIES, REFUSED
+
+    return [*POLICIES, *REFUSED]
 
 
 class CommaList(click.ParamType):

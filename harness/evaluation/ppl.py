@@ -24,6 +24,7 @@ from harness.diffusion import time_sampler_text
 from harness.distributed import batch_seed
 from harness.errors import DataError, InputError
 from harness.evaluation import load_for_evaluation
+from harness.evaluation.duel import DUEL, Policy, check_model, duel_nll
 from harness.evaluation.references import text_references, warn_if_not_learned
 from harness.metrics.nll import NLLAccumulator, PerplexityResult
 from harness.models import families_offering
@@ -47,6 +48,8 @@ def evaluate_nll(
     corruptible: torch.Tensor | None = None,
     rank: int = 0,
     world: int = 1,
+    policy: Policy | None = None,
+    passes: list[torch.Tensor] | None = None,
 ) -> list[PerplexityResult]:
     """Score every row of ``input_ids`` (N, L) with ``model.nll`` and reduce token-weighted: one
     :class:`~harness.metrics.nll.PerplexityResult` per name of ``estimators`` (None: the family's
@@ -54,7 +57,9 @@ def evaluate_nll(
 
     ``attention_mask`` (N, L): the real tokens. ``corruptible`` (N, L) bool: the positions scored
     (and, for diffusion families, the only ones ever masked); the others are given context.
-    ``time_sampler`` and ``num_samples`` go to ``model.nll`` (see ``model.time_sampler``). Batches
+    ``time_sampler`` and ``num_samples`` go to ``model.nll`` (see ``model.time_sampler``). The name
+    ``duel`` scores DUEL's exact likelihood under ``policy`` (:mod:`harness.evaluation.duel`) beside
+    the family's own estimators; the forward passes it took per row are appended to ``passes``. Batches
     are fixed slices of ``batch_size`` rows, each with its own seeded generator, and batch b is
     scored by rank ``b % world``; the reduced result is therefore the same for any number of ranks
     (up to the order of float64 sums).
@@ -75,17 +80,33 @@ def evaluate_nll(
         if index % world != rank:
             continue
         rows = slice(start, start + batch_size)
-        results = model.nll(
-            input_ids[rows].to(device),
-            estimators=names,
-            num_samples=num_samples,
-            generator=torch.Generator(device=device).manual_seed(batch_seed(seed, index)),
+        x = input_ids[rows].to(device)
+        given = dict(
             attention_mask=None if attention_mask is None else attention_mask[rows].to(device),
             corruptible=None if corruptible is None else corruptible[rows].to(device),
-            time_sampler=time_sampler,
         )
-        for acc, res in zip(accs, results):
-            acc.update(res)
+        results = {}
+        family = [n for n in names if n != DUEL.name]
+        if family:
+            results = dict(
+                zip(
+                    family,
+                    model.nll(
+                        x,
+                        estimators=family,
+                        num_samples=num_samples,
+                        generator=torch.Generator(device=device).manual_seed(batch_seed(seed, index)),
+                        time_sampler=time_sampler,
+                        **given,
+                    ),
+                )
+            )
+        if DUEL.name in names:
+            results[DUEL.name], used = duel_nll(model, x, policy or Policy(), **given)
+            if passes is not None:
+                passes.append(used.cpu())
+        for acc, name in zip(accs, names):
+            acc.update(results[name])
     for acc in accs:
         acc.all_reduce()  # a no-op in one process
     return [acc.compute() for acc in accs]
@@ -96,6 +117,9 @@ def estimator_plan(model, estimator: str) -> list[Estimator]:
 
     if estimator in ("default", "both"):
         return list(model.estimators[: 1 if estimator == "default" else None])
+    if estimator == DUEL.name:
+        check_model(model)
+        return [DUEL]
     plan = [e for e in model.estimators if e.name == estimator]
     if plan:
         return plan
@@ -118,7 +142,10 @@ class PPLSettings:
     ``data``: a corpus spec (``NAME[:SPLIT]``) or ``image:NAME[:SPLIT]`` (None: the checkpoint's
     validation split); ``seq_len`` (None: the model's), ``wrap``, ``eos_between_docs`` and
     ``remainder`` (None: as trained) pack the text; ``estimator`` (``default``, ``both`` or a name),
-    ``time_sampler`` (None: the family's) and ``mc_samples`` choose the estimate; rows are scored in
+    ``time_sampler`` (None: the family's) and ``mc_samples`` choose the estimate (``estimator="duel"``:
+    DUEL's exact likelihood under the unmasking ``policy``, default confidence, revealing
+    ``policy_tokens`` per step, default 1, inside blocks of ``policy_block``, default the whole row;
+    :mod:`harness.evaluation.duel`); rows are scored in
     batches of ``batch_size`` from ``seed``, the first ``max_rows`` only when set; ``ignore_bos``:
     the first position of every row is context, never masked or scored (BD3-LMs); ``device``;
     Prime's ``carry_over`` (None: as trained); the ``ema`` weights; ``references``: also score the
@@ -141,6 +168,35 @@ class PPLSettings:
     carry_over: bool | None = None
     ema: bool = True
     references: bool = True
+    policy: str | None = None
+    policy_tokens: int | None = None
+    policy_block: int | None = None
+
+    def duel_policy(self) -> Policy | None:
+        """The unmasking policy of ``estimator="duel"`` (None for any other estimator); the policy
+        settings without that estimator, or Monte-Carlo samples with it, are refused."""
+        given = {
+            k: v
+            for k, v in (
+                ("--policy", self.policy),
+                ("--policy-tokens", self.policy_tokens),
+                ("--policy-block", self.policy_block),
+            )
+            if v is not None
+        }
+        if self.estimator != DUEL.name:
+            if given:
+                raise InputError(
+                    f"{', '.join(given)} set the unmasking policy of DUEL's estimator",
+                    fix="add --estimator duel, or drop them",
+                )
+            return None
+        if self.mc_samples != 1:
+            raise InputError(
+                f"--mc-samples {self.mc_samples}: DUEL's likelihood is exact, it draws nothing",
+                fix="drop --mc-samples",
+            )
+        return Policy(self.policy or "confidence", self.policy_tokens or 1, self.policy_block).check()
 
 
 class Scored(NamedTuple):
@@ -176,8 +232,11 @@ def score_rows(model, ids: torch.Tensor, mask: torch.Tensor, settings: PPLSettin
     or :data:`IMAGE_UNITS`, the metric names and units.
     """
 
+    policy = settings.duel_policy()
     plan = estimator_plan(model, settings.estimator)
-    sampler = model.time_sampler(settings.time_sampler)
+    drawn = any(est is not DUEL for est in plan)
+    sampler = model.time_sampler(settings.time_sampler) if drawn else None
+    passes: list[torch.Tensor] = []
     results = evaluate_nll(
         model,
         ids,
@@ -190,13 +249,15 @@ def score_rows(model, ids: torch.Tensor, mask: torch.Tensor, settings: PPLSettin
         corruptible=_first_given(mask) if settings.ignore_bos else None,
         rank=info.rank,
         world=info.world,
+        policy=policy,
+        passes=passes,
     )
     first = results[0]
     protocol = {
         "tokens_scored": first.tokens,
         "batch_size": settings.batch_size,
         "world_size": info.world,
-        "mc_samples": settings.mc_samples if model.uses_time_sampler else None,
+        "mc_samples": settings.mc_samples if model.uses_time_sampler and drawn else None,
         "time_sampler": None
         if sampler is None
         else time_sampler_text(sampler, model.nelbo_block_size) + f" [{sampler}]",
@@ -204,6 +265,13 @@ def score_rows(model, ids: torch.Tensor, mask: torch.Tensor, settings: PPLSettin
         "schedule": model.hparams.get("schedule"),
         "ignore_bos": bool(settings.ignore_bos),
     }
+    if policy is not None:
+        used = torch.cat(passes).double() if passes else torch.zeros(1)
+        protocol["duel"] = {
+            **policy.protocol(model),
+            "forward_passes_per_row": float(used.mean()),
+            "t_input": "fraction of the row still masked" if model.time_conditioning else None,
+        }
     return Scored(_metrics_of(plan, results, units), protocol, {est.suffix or "nll": est.kind for est in plan})
 
 

@@ -101,7 +101,7 @@ class NLLAccumulator(Accumulator):
         if self.tokens <= 0:
             raise InputError("no tokens were scored")
         n = int(self.sequences)
-        if self.kind == "exact":
+        if self.kind in ("exact", "exact-policy"):
             stderr, method = 0.0, "exact"
         elif self.per_sequence_se:
             stderr, method = float(self.var.sqrt() / self.tokens), "per-sequence"

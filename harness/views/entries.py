@@ -50,6 +50,8 @@ LEGEND = {
     "bound": "upper bound (the true value is at most this)",
     "paper-objective": "paper objective, not a bound",
     "estimate": "estimate (sampled or Monte Carlo)",
+    "exact-policy": "exact likelihood of the model's sampler under the named unmasking policy (DUEL), "
+    "not of the model its bound bounds",
 }
 
 
@@ -169,7 +171,8 @@ def metric_cell(m: dict[str, Any] | None, name: str) -> Cell:
     kind = m.get("kind")
     if kind is not None and kind not in LEGEND and kind != "exact":
         raise PrimebenchError(
-            f"metric {name!r} has unknown kind {kind!r}", fix="kinds are exact, bound, paper-objective or estimate"
+            f"metric {name!r} has unknown kind {kind!r}",
+            fix="kinds are exact, bound, paper-objective, estimate or exact-policy",
         )
     two = name in _TWO_DECIMALS or name.startswith("ppl") or str(m.get("units", "")).startswith("perplexity")
     value = m.get("value")

@@ -38,7 +38,7 @@ PPL_IGNORED = frozenset(
         )
     }
 )
-_PPL_METRICS = ("nll", "ppl", "nll_token_joint", "ppl_token_joint")
+_PPL_METRICS = ("nll", "ppl", "nll_token_joint", "ppl_token_joint", "nll_duel", "ppl_duel")
 
 
 def _protocol_summary(p: dict[str, Any], *, with_data: bool = True) -> str:
@@ -56,6 +56,12 @@ def _protocol_summary(p: dict[str, Any], *, with_data: bool = True) -> str:
         parts.append(str(p["packing.remainder"]))
     if p.get("mc_samples") is not None:
         parts.append(f"K={p['mc_samples']}")
+    if p.get("duel.name") is not None:
+        block = p.get("duel.block")
+        parts.append(
+            f"DUEL policy={p['duel.name']}, {p.get('duel.tokens_per_step', 1)}/step"
+            + (f", block {block}" if block else "")
+        )
     if p.get("max_rows") is not None:
         parts.append(f"{p.get('rows_scored', p['max_rows'])} rows")
     return ", ".join(parts)
@@ -67,6 +73,7 @@ def ppl_table(records, spec: Layout) -> Table:
     items = sorted(entries(records), key=sort_key)
     unique_labels(items)
     paper = any(k in e.metrics for e in items for k in ("ppl_token_joint", "nll_token_joint"))
+    duel = any(k in e.metrics for e in items for k in ("ppl_duel", "nll_duel"))
     extra = extra_metrics(items, _PPL_METRICS)
     columns = [
         Column("model", "model", False),
@@ -79,6 +86,11 @@ def ppl_table(records, spec: Layout) -> Table:
         columns += [
             Column("ppl_token_joint", "PPL, paper objective", mark="paper-objective"),
             Column("nll_token_joint", "NLL, paper objective", mark="paper-objective"),
+        ]
+    if duel:
+        columns += [
+            Column("ppl_duel", "PPL, DUEL under its policy", mark="exact-policy"),
+            Column("nll_duel", "NLL, DUEL under its policy", mark="exact-policy"),
         ]
     columns += [Column(n, TITLES.get(n, n)) for n in extra]
     columns += [Column("tokens_scored", "tokens scored"), Column("protocol", "protocol", False)]
@@ -100,6 +112,8 @@ def ppl_table(records, spec: Layout) -> Table:
         ]
         if paper:
             cells += [metric_cell(e.metrics.get(n), n) for n in ("ppl_token_joint", "nll_token_joint")]
+        if duel:
+            cells += [metric_cell(e.metrics.get(n), n) for n in ("ppl_duel", "nll_duel")]
         cells += [metric_cell(e.metrics.get(n), n) for n in extra]
         tokens = e.protocol.get("tokens_scored")
         cells += [
@@ -110,7 +124,7 @@ def ppl_table(records, spec: Layout) -> Table:
         targets.append([(0, "", e.label)])
     diff_notes, flags = differences([("", items)], PPL_IGNORED, ())
     apply_flags(rows, targets, flags)
-    ref_rows, ref_notes = reference_rows(items, len(columns), paper=paper, extra=len(extra))
+    ref_rows, ref_notes = reference_rows(items, len(columns), paper=paper, extra=len(extra) + 2 * duel)
     notes = legend(rows) + diff_notes + family_info(items) + ref_notes
     if flagged:
         notes.append(
@@ -206,6 +220,14 @@ def render_ppl(record: dict) -> None:
         console.print(
             f"references fitted on {refs['fit_on']} ({refs['train_tokens']} tokens), scored on the same "
             f"{refs['tokens_scored']} tokens{note}"
+        )
+    duel = p.get("duel")
+    if isinstance(duel, dict):
+        block = f", inside blocks of {duel['block']}" if duel.get("block") else ""
+        console.print(
+            f"DUEL: the exact likelihood of the sampler that reveals {duel['tokens_per_step']} token(s) per step "
+            f"in the {duel['name']} policy's order{block} ({duel['forward_passes_per_row']:.1f} forward passes per "
+            "row); not the model's likelihood, which its bound bounds"
         )
     if "height" in p:  # images: one image per row, no packing
         console.print(

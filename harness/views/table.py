@@ -81,11 +81,20 @@ class Table:
 
 
 _SYMBOLS = {
-    "text": {"bound": "<=", "paper-objective": "†", "estimate": "~", "flag": "‡{}", "pm": "±", "none": "–"},
+    "text": {
+        "bound": "<=",
+        "paper-objective": "†",
+        "estimate": "~",
+        "exact-policy": "§",
+        "flag": "‡{}",
+        "pm": "±",
+        "none": "–",
+    },
     "latex": {
         "bound": r"$\le$",
         "paper-objective": r"$^{\dagger}$",
         "estimate": r"$\sim$",
+        "exact-policy": r"$^{\S}$",
         "flag": r"$^{{\ddagger {}}}$",
         "pm": r"$\pm$",
         "none": "--",
@@ -144,13 +153,13 @@ def _cell_text(cell: Cell, style: str) -> str:
         out = sym["bound"] + out
     elif cell.kind == "estimate":
         out = sym["estimate"] + out
-    elif cell.kind == "paper-objective":
-        out = out + sym["paper-objective"]
+    elif cell.kind in ("paper-objective", "exact-policy"):
+        out = out + sym[cell.kind]
     if cell.quoted:
         pass
     elif cell.stderr is None or not math.isfinite(cell.stderr) or cell.stderr < 0:
         out += f" {sym['pm']} n/a"
-    elif not (cell.stderr == 0 and cell.kind == "exact"):
+    elif not (cell.stderr == 0 and cell.kind in ("exact", "exact-policy")):
         out += f" {sym['pm']} {_number(cell.stderr, cell.decimals)}"
     return out + flags
 

@@ -46,9 +46,12 @@ def test_bd3lm_figures_have_their_own_targets():
     from harness.bench.sampling import _bd3lm_figure
 
     figures = nll_cost_figures(B=1, L=32, d=16, layers=1, heads=2, C=100, repeats=1)
-    bd3 = [f for f in figures if "bd3lm" in f.name]
+    bd3 = [f for f in figures if "bd3lm" in f.name and "DUEL" not in f.name]
     assert len(bd3) == 1 and "block=16" in bd3[0].name and bd3[0].target == "<= 2.5"
-    assert all(f.target == "<= 1.25" for f in figures[1:] if "bd3lm" not in f.name)
+    duel = [f for f in figures if "DUEL" in f.name]
+    assert all(f.target == "<= 1.25" for f in figures[1:] if "bd3lm" not in f.name and f not in duel)
+    # DUEL's cost is counted in forward passes: ceil(L / tokens) of them, each allowed the bound's 1.25x
+    assert len(duel) == 1 and duel[0].detail["forward_passes"] == 2 and duel[0].target.startswith("<= 2.5 (2 passes)")
 
     fig = _bd3lm_figure(L=32, C=100, samples=2, device="cpu", block=8)
     assert fig.ok and fig.value > 0 and fig.detail["nfe"] <= 32 and fig.detail["steps_per_block"] == 8

@@ -93,9 +93,10 @@ def test_table_command_offers_every_layout_and_format():
 
 def test_estimator_choices_come_from_the_registry():
     from harness.cli.parsing import estimator_choices
+    from harness.evaluation.duel import DUEL
     from harness.models import MODELS, family_names
 
-    offered = {e.name for f in family_names() for e in MODELS.get(f).estimators}
+    offered = {e.name for f in family_names() for e in MODELS.get(f).estimators} | {DUEL.name}
     choices = estimator_choices()
     assert choices[:2] == ["default", "both"] and set(choices[2:]) == offered and len(choices) == len(set(choices))
     help_text = CliRunner().invoke(main, ["eval", "ppl", "--help"]).output
