@@ -107,7 +107,7 @@ class BD3LM(MaskedDiffusion):
     family = "bd3lm"
     config_class = BD3LMConfig
     table_order = 1
-    samplers = ("ancestral", "first-hitting")
+    samplers = ("ancestral", "first-hitting", "remdm")
     release_formats = ("bd3lm-hf:", "bd3lm-ckpt:")
     token_convention = (
         "all L positions of each row are scored, BOS/EOS included, as MDLM's NELBO (the BD3-LM code keeps "

@@ -26,7 +26,7 @@ from harness.cli.parsing import FiniteFloat
 @command("genppl", aliases={"--nucleus": "--nucleus-p"})
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @option("--sampler")
-@option("--steps", "(ancestral, maskgit) [default: L].", type=click.IntRange(min=1), default=None)
+@option("--steps", "(ancestral, maskgit, remdm, posterior) [default: L].", type=click.IntRange(min=1), default=None)
 @option("--samples", type=click.IntRange(min=1), default=16, show_default=True)
 @dtype_option("float64", detail="Every categorical draw is made in it.")
 @method_option("gumbel")
@@ -47,6 +47,23 @@ from harness.cli.parsing import FiniteFloat
     "(BD3-LMs, MDM-Prime). Recorded.",
 )
 @draw_option()
+@click.option(
+    "--remask-schedule",
+    type=click.Choice(["cap", "rescale", "conf", "loop"]),
+    default=None,
+    help="--sampler remdm: ReMDM's schedule of the remasking probability sigma [default: cap]. Recorded.",
+)
+@click.option(
+    "--remask-eta",
+    type=FiniteFloat(0.0, 1.0),
+    default=None,
+    help="--sampler remdm: eta of cap, rescale and loop [default: ReMDM's scripts: 0.008, 0.015, 0.02].",
+)
+@click.option("--remask-t-on", type=FiniteFloat(0.0, 1.0), default=None, help="remdm loop: t_on [default: 0.55].")
+@click.option("--remask-t-off", type=FiniteFloat(0.0, 1.0), default=None, help="remdm loop: t_off [default: 0.05].")
+@click.option(
+    "--remask-alpha-on", type=FiniteFloat(0.0, 1.0), default=None, help="remdm loop: alpha_on [default: 0.9]."
+)
 @carry_over_option()
 @ema_option()
 @click.option(
@@ -80,8 +97,9 @@ from harness.cli.parsing import FiniteFloat
     "--sweep",
     default=None,
     metavar="KNOB=V1,V2,...",
-    help="Draw one record per value of temperature or nucleus-p (e.g. temperature=0.8,0.9,1.0) and read Gen PPL "
-    "off the curve at the data reference's entropy (a genppl-matched record and its PNG in --out).",
+    help="Draw one record per value of temperature, nucleus-p or (--sampler remdm) eta (e.g. "
+    "temperature=0.8,0.9,1.0) and read Gen PPL off the curve at the data reference's entropy (a genppl-matched "
+    "record and its PNG in --out).",
 )
 @click.option(
     "--mauve/--no-mauve",

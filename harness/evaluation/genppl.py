@@ -40,6 +40,8 @@ class GenPPLSettings:
     judge numbers); entropies in ``bits``; ``device``; Prime's ``carry_over`` (None: as trained);
     the ``ema`` weights; the ``references`` batches and ``mauve``. ``samples_file``: score that
     JSONL file's samples instead of drawing any (the sampler's settings then do not apply).
+    ``remask_*``: ReMDM's settings for ``sampler="remdm"`` (:class:`harness.sampling.remdm.RemaskSettings`;
+    None: its defaults).
     """
 
     sampler: str | None = None
@@ -62,11 +64,22 @@ class GenPPLSettings:
     references: bool = True
     mauve: bool = True
     samples_file: str | Path | None = None
+    remask_schedule: str | None = None
+    remask_eta: float | None = None
+    remask_t_on: float | None = None
+    remask_t_off: float | None = None
+    remask_alpha_on: float | None = None
 
     def sampling(self) -> dict[str, Any]:
-        """The keywords of :func:`harness.sampling.generate` these settings fix."""
+        """The keywords of :func:`harness.sampling.generate` these settings fix (``remask``: the ReMDM
+        settings given, None when none is; :func:`generate` refuses them for another sampler)."""
         keys = ("steps", "dtype", "method", "nucleus_p", "nucleus_rule", "draw", "temperature")
-        return {"sampler": self.sampler} | {k: getattr(self, k) for k in keys}
+        remask = {
+            name: getattr(self, f"remask_{name}")
+            for name in ("schedule", "eta", "t_on", "t_off", "alpha_on")
+            if getattr(self, f"remask_{name}") is not None
+        }
+        return {"sampler": self.sampler} | {k: getattr(self, k) for k in keys} | {"remask": remask or None}
 
 
 class Drawn(NamedTuple):

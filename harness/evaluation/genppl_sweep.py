@@ -1,4 +1,5 @@
-"""Gen PPL at matched entropy: ``eval genppl --sweep temperature=0.7,0.8,...`` (or ``nucleus-p=...``).
+"""Gen PPL at matched entropy: ``eval genppl --sweep temperature=0.7,0.8,...`` (or ``nucleus-p=...``, or
+ReMDM's ``eta=...`` with ``--sampler remdm``).
 
 Gen PPL falls as entropy falls, so two models are compared at the same diversity: the sweep draws
 one ``genppl`` record per value of the knob (each the full protocol, references included), and a
@@ -25,7 +26,13 @@ from harness.logging import console
 from harness.records import Metric, make_record
 
 #: sweep knob -> the run_genppl argument it sets, and its valid range
-KNOBS = {"temperature": ("temperature", (1e-3, 1e3)), "nucleus-p": ("nucleus_p", (0.0, 1.0))}
+KNOBS = {
+    "temperature": ("temperature", (1e-3, 1e3)),
+    "nucleus-p": ("nucleus_p", (0.0, 1.0)),
+    "eta": ("remask_eta", (0.0, 1.0)),  # ReMDM's remasking eta (--sampler remdm); 0 included: no remasking
+}
+#: knobs whose lower end is a valid value
+CLOSED_BELOW = {"eta"}
 #: older knob names, still read (with a deprecation line)
 OLD_KNOBS = {"nucleus": "nucleus-p"}
 
@@ -37,7 +44,10 @@ def parse_sweep(text: str) -> tuple[str, list[float]]:
     if knob in OLD_KNOBS:
         console().print(f"--sweep {knob}= is deprecated; use {OLD_KNOBS[knob]}=", highlight=False)
         knob = OLD_KNOBS[knob]
-    fix = "use --sweep temperature=0.7,0.8,0.9,1.0 or --sweep nucleus-p=0.8,0.9,0.95,1.0"
+    fix = (
+        "use --sweep temperature=0.7,0.8,0.9,1.0, --sweep nucleus-p=0.8,0.9,0.95,1.0 or (--sampler remdm) "
+        "--sweep eta=0,0.01,0.02"
+    )
     if not sep or knob not in KNOBS:
         raise InputError(f"--sweep {text!r}: the knob must be one of {sorted(KNOBS)}", fix=fix)
     try:
@@ -45,10 +55,11 @@ def parse_sweep(text: str) -> tuple[str, list[float]]:
     except ValueError:
         raise InputError(f"--sweep {text!r}: the values must be numbers separated by commas", fix=fix) from None
     low, high = KNOBS[knob][1]
-    bad = [v for v in numbers if not (low < v <= high) or not math.isfinite(v)]
+    closed = knob in CLOSED_BELOW
+    bad = [v for v in numbers if not (low <= v if closed else low < v) or not v <= high or not math.isfinite(v)]
     if len(numbers) < 2 or bad or len(set(numbers)) != len(numbers):
         raise InputError(
-            f"--sweep {text!r}: needs at least two distinct values in ({low}, {high}]"
+            f"--sweep {text!r}: needs at least two distinct values in {'[' if closed else '('}{low}, {high}]"
             + (f"; {bad[0]} is not" if bad else ""),
             fix=fix,
         )

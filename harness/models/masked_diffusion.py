@@ -173,7 +173,7 @@ class MaskedDiffusion(ModelFamily):
         "grid model of torch.rand (harness.audit.gumbel.grid_gumbel_probs) over C + 1 outcomes, integrated "
         "over the T steps (mdlm_joint_draw_law)"
     )
-    samplers: ClassVar[tuple[str, ...]] = ("ancestral", "first-hitting", "maskgit")
+    samplers: ClassVar[tuple[str, ...]] = ("ancestral", "first-hitting", "maskgit", "remdm")
 
     @property
     def unit_base(self) -> int:

@@ -13,6 +13,8 @@ Samplers (registry ``SAMPLERS``, did-you-mean on a typo):
                      (:mod:`harness.sampling.first_hitting`);
 * ``maskgit``        mdlm, masked, prime: confidence-ordered parallel decoding
                      (:mod:`harness.sampling.maskgit`);
+* ``remdm``          mdlm, masked, prime, bd3lm: ReMDM's remasking samplers (cap, rescale, conf,
+                     loop) on the ancestral grid (:mod:`harness.sampling.remdm`);
 * ``posterior``      udlm (uniform and interpolating processes): T steps, every position redrawn
                      from q(x_s | x_t, x_theta) (:mod:`harness.sampling.posterior`);
 * ``autoregressive`` arm: left to right from a prefix or BOS (:mod:`harness.sampling.autoregressive`).
@@ -48,6 +50,7 @@ from harness.sampling.blocks import run_by_blocks
 from harness.sampling.categorical import METHODS, check_nucleus, check_temperature, parse_dtype
 from harness.sampling.maskgit import run_maskgit
 from harness.sampling.posterior import run_posterior
+from harness.sampling.remdm import RemaskSettings, run_remdm
 from harness.sampling.settings import DRAWS, NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
 from harness.sampling.units import UnitModel
 
@@ -84,6 +87,12 @@ for _spec in (
     ),
     SamplerSpec(
         "maskgit", True, run_maskgit, "confidence-ordered parallel decoding, ceil(M k / T) tokens decoded after step k"
+    ),
+    SamplerSpec(
+        "remdm",
+        True,
+        run_remdm,
+        "ReMDM: the ancestral grid with decoded tokens remasked (cap, rescale, conf or loop schedule of sigma)",
     ),
     SamplerSpec(
         "posterior",
@@ -235,6 +244,16 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
         raise PrimebenchError(f"unknown draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
     if cache is None:  # the two-stage draw's cache is exact for every network
         cache = draw == "two-stage" or not bool(model.time_conditioning)
+    remask = knobs["remask"]
+    if remask is not None and spec.name != "remdm":
+        raise PrimebenchError(
+            f"remasking settings apply to the remdm sampler, not {spec.name!r}",
+            fix="pass sampler='remdm' (--sampler remdm) or drop them",
+        )
+    if spec.name == "remdm":
+        if isinstance(remask, dict):
+            remask = RemaskSettings(**remask)
+        remask = (remask or RemaskSettings()).checked()
     return SamplerSettings(
         steps=steps,
         temperature=temperature,
@@ -242,11 +261,12 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
         dtype=parse_dtype(knobs["dtype"]),
         method=method,
         noise_removal=noise_removal,
-        cache=bool(cache) and spec.name == "ancestral",
+        cache=bool(cache) and spec.name in ("ancestral", "remdm"),
         t_end=float(t_end),
         nucleus_rule=nucleus_rule,
         draw=draw,
         seq_len=L,
+        remask=remask,
     )
 
 
@@ -298,7 +318,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
     """Every setting of a :func:`generate` call that can move a downstream number; ``run`` holds the
     call's own facts (num_samples, batch_size, prefix_len, bos_id, seeded)."""
     time_cond = bool(model.time_conditioning)
-    grid_sampler = spec.name in ("ancestral", "posterior")
+    grid_sampler = spec.name in ("ancestral", "posterior", "remdm")
     protocol = {
         "sampler": spec.name,
         "family": model.family,
@@ -329,6 +349,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
         "bos_id": run["bos_id"] if spec.name == "autoregressive" else None,
         "seeded": run["seeded"],
         "device": str(model.device),
+        "remask": settings.remask.protocol() if settings.remask is not None else None,
     }
     if model.sampling_block_size and spec.name != "autoregressive":
         protocol["block_size"] = int(model.sampling_block_size)  # steps, NFE and idle steps are per block, summed
@@ -355,6 +376,7 @@ def generate(
     t_end: float = 0.0,
     draw: str = "two-stage",
     seq_len: int | None = None,
+    remask: RemaskSettings | dict | None = None,
 ) -> SampleOutput:
     """Draw ``num_samples`` sequences of ``seq_len`` tokens (default the model's length L), in batches
     of ``batch_size``.
@@ -376,7 +398,9 @@ def generate(
     CDF; the posterior sampler: pick a part of the posterior's mixture, then a token; exact and
     cheap) or ``joint`` (the family's joint draw with ``method``, MDLM's over C + 1 outcomes; the
     whole posterior for the posterior sampler; the reference for audits). ``seq_len``: a shorter
-    canvas than the model's (the model is not changed).
+    canvas than the model's (the model is not changed). ``remask``: ReMDM's settings for the
+    ``remdm`` sampler (a :class:`~harness.sampling.remdm.RemaskSettings` or its fields as a dict;
+    None: the cap schedule at ReMDM's eta), refused for any other sampler.
     The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
 
     Returns a :class:`~harness.sampling.settings.SampleOutput`: ``tokens`` (num_samples, L) ids in
@@ -388,6 +412,7 @@ def generate(
     batch_size = _positive_int("batch_size", batch_size)
     knobs = dict(steps=steps, temperature=temperature, nucleus_p=nucleus_p, nucleus_rule=nucleus_rule, dtype=dtype)
     knobs |= dict(method=method, noise_removal=noise_removal, cache=cache, t_end=t_end, draw=draw, seq_len=seq_len)
+    knobs["remask"] = remask
     settings = _settings(model, spec, knobs)
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples, settings.seq_len)
     check_inference_fits(

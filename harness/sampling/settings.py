@@ -50,6 +50,8 @@ class SamplerSettings:
     draw: str = "two-stage"
     #: the canvas: how many token positions a sample has (at most the model's length; None: the model's)
     seq_len: int | None = None
+    #: ReMDM's remasking settings (:class:`harness.sampling.remdm.RemaskSettings`, checked), remdm only
+    remask: Any = None
 
 
 @dataclass
