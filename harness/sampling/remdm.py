@@ -131,6 +131,21 @@ def _step_law(remask: RemaskSettings, t: float, s: float, m_t: float, m_s: float
     return alpha_t, alpha_s, cap
 
 
+def _joint_law(units, y, probs, masked, decoded, free, r, sig_decoded) -> torch.Tensor:
+    """(B, L, C + 1) float64 outcomes of ReMDM's one categorical per position (the mask last): a
+    decoded token keeps its value with mass 1 - sigma and is masked with sigma; a masked one takes
+    token c with p(c) r and stays masked with 1 - r; prefix positions are drawn as masked and ignored."""
+    C = units.vocab_size
+    q = torch.zeros(*masked.shape, C + 1, dtype=torch.float64, device=y.device)
+    if probs is not None:
+        q[..., :C] = torch.where(masked[..., None], probs.double() * r[..., None], 0.0)
+    current = units.decode(torch.where(decoded[..., None], y, torch.zeros_like(y))).clamp_max(C - 1)
+    q[..., :C].scatter_add_(-1, current[..., None], torch.where(decoded, 1.0 - sig_decoded, 0.0)[..., None])
+    q[..., C] = torch.where(masked, 1.0 - r, torch.where(decoded, sig_decoded, 0.0))
+    q[..., C] = torch.where(free, q[..., C], 1.0)
+    return q
+
+
 def run_remdm(
     units: UnitModel,
     rows: int,
@@ -184,28 +199,19 @@ def run_remdm(
                 probs = torch.ones(rows, units.seq_len, C, dtype=out.dtype, device=device)
             probs[call] = out
             nfe[call] += 1
-        y_next = y.clone()
         if two_stage:
-            if bool(reveal.any()):
-                token = sample_inverse_cdf(probs[reveal], dtype=settings.dtype, generator=generator)
-                y_next[reveal] = units.encode(token)
-                new_conf = probs[reveal].double().gather(-1, token[:, None]).squeeze(-1)
-                conf[reveal] = -new_conf
+            token = (
+                sample_inverse_cdf(probs[reveal], dtype=settings.dtype, generator=generator) if reveal.any() else None
+            )
         else:
-            q = torch.zeros(rows, units.seq_len, C + 1, dtype=torch.float64, device=device)
-            if probs is not None:
-                q[..., :C] = torch.where(masked[..., None], probs.double() * r[..., None], 0.0)
-            current = units.decode(torch.where(decoded[..., None], y, torch.zeros_like(y))).clamp_max(C - 1)
-            q[..., :C].scatter_add_(-1, current[..., None], torch.where(decoded, 1.0 - sig_decoded, 0.0)[..., None])
-            q[..., C] = torch.where(masked, 1.0 - r, torch.where(decoded, sig_decoded, 0.0))
-            q[..., C] = torch.where(free, q[..., C], 1.0)  # prefix positions: drawn, then ignored
+            q = _joint_law(units, y, probs, masked, decoded, free, r, sig_decoded)
             draw = sample_categorical(probs=q, method=settings.method, dtype=settings.dtype, generator=generator)
-            back = decoded & (draw == C)
-            reveal = masked & (draw < C)
-            if bool(reveal.any()):
-                token = draw[reveal]
-                y_next[reveal] = units.encode(token)
-                conf[reveal] = -probs[reveal].double().gather(-1, token[:, None]).squeeze(-1)
+            back, reveal = decoded & (draw == C), masked & (draw < C)
+            token = draw[reveal]
+        y_next = y.clone()
+        if bool(reveal.any()):
+            y_next[reveal] = units.encode(token)
+            conf[reveal] = -probs[reveal].double().gather(-1, token[:, None]).squeeze(-1)  # -p(token) when decoded
         if bool(back.any()):
             y_next[back] = units.process.initial_state(y_next[back].shape, device=device)
             conf[back] = -math.inf

@@ -38,7 +38,13 @@ PPL_IGNORED = frozenset(
         )
     }
 )
-_PPL_METRICS = ("nll", "ppl", "nll_token_joint", "ppl_token_joint", "nll_duel", "ppl_duel")
+#: numbers that never share the PPL and NLL columns: (metric suffix, column title, kind mark), each
+#: with its own pair of columns when any record has it
+_OWN_COLUMNS = (
+    ("_token_joint", "paper objective", "paper-objective"),
+    ("_duel", "DUEL under its policy", "exact-policy"),
+)
+_PPL_METRICS = ("nll", "ppl", *(f"{m}{s}" for s, _, _ in _OWN_COLUMNS for m in ("nll", "ppl")))
 
 
 def _protocol_summary(p: dict[str, Any], *, with_data: bool = True) -> str:
@@ -72,8 +78,11 @@ def ppl_table(records, spec: Layout) -> Table:
     unknown metrics, tokens scored and a protocol summary."""
     items = sorted(entries(records), key=sort_key)
     unique_labels(items)
-    paper = any(k in e.metrics for e in items for k in ("ppl_token_joint", "nll_token_joint"))
-    duel = any(k in e.metrics for e in items for k in ("ppl_duel", "nll_duel"))
+    own = [
+        (f"ppl{suffix}", f"nll{suffix}", title, mark)
+        for suffix, title, mark in _OWN_COLUMNS
+        if any(k in e.metrics for e in items for k in (f"ppl{suffix}", f"nll{suffix}"))
+    ]
     extra = extra_metrics(items, _PPL_METRICS)
     columns = [
         Column("model", "model", False),
@@ -82,16 +91,8 @@ def ppl_table(records, spec: Layout) -> Table:
         Column("nll", "NLL (nats/token)"),
         Column("kind", "kind", False),
     ]
-    if paper:
-        columns += [
-            Column("ppl_token_joint", "PPL, paper objective", mark="paper-objective"),
-            Column("nll_token_joint", "NLL, paper objective", mark="paper-objective"),
-        ]
-    if duel:
-        columns += [
-            Column("ppl_duel", "PPL, DUEL under its policy", mark="exact-policy"),
-            Column("nll_duel", "NLL, DUEL under its policy", mark="exact-policy"),
-        ]
+    for ppl, nll, title, mark in own:
+        columns += [Column(ppl, f"PPL, {title}", mark=mark), Column(nll, f"NLL, {title}", mark=mark)]
     columns += [Column(n, TITLES.get(n, n)) for n in extra]
     columns += [Column("tokens_scored", "tokens scored"), Column("protocol", "protocol", False)]
     shared_data = len({json.dumps(e.protocol.get("data"), default=str) for e in items}) == 1
@@ -110,10 +111,7 @@ def ppl_table(records, spec: Layout) -> Table:
             metric_cell(e.metrics.get("nll"), "nll"),
             Cell(text=str((e.metrics.get("ppl") or e.metrics.get("nll") or {}).get("kind", "-"))),
         ]
-        if paper:
-            cells += [metric_cell(e.metrics.get(n), n) for n in ("ppl_token_joint", "nll_token_joint")]
-        if duel:
-            cells += [metric_cell(e.metrics.get(n), n) for n in ("ppl_duel", "nll_duel")]
+        cells += [metric_cell(e.metrics.get(n), n) for ppl, nll, _, _ in own for n in (ppl, nll)]
         cells += [metric_cell(e.metrics.get(n), n) for n in extra]
         tokens = e.protocol.get("tokens_scored")
         cells += [
@@ -124,7 +122,7 @@ def ppl_table(records, spec: Layout) -> Table:
         targets.append([(0, "", e.label)])
     diff_notes, flags = differences([("", items)], PPL_IGNORED, ())
     apply_flags(rows, targets, flags)
-    ref_rows, ref_notes = reference_rows(items, len(columns), paper=paper, extra=len(extra) + 2 * duel)
+    ref_rows, ref_notes = reference_rows(items, len(columns), blank=2 * len(own) + len(extra))
     notes = legend(rows) + diff_notes + family_info(items) + ref_notes
     if flagged:
         notes.append(
@@ -142,7 +140,7 @@ def ppl_table(records, spec: Layout) -> Table:
     return Table("ppl", title, tuple(columns), tuple(tuple(r) for r in rows), tuple(notes), len(records))
 
 
-def reference_rows(items, n_columns: int, *, paper: bool, extra: int) -> tuple[list[list[Cell]], list[Footnote]]:
+def reference_rows(items, n_columns: int, *, blank: int) -> tuple[list[list[Cell]], list[Footnote]]:
     """Rows labelled ``reference`` (unigram, bigram) under the models: one pair per distinct set of
     scored tokens (a family's token convention, the rows and the train split they were fitted on),
     naming the models it belongs to when there is more than one set."""
@@ -171,8 +169,7 @@ def reference_rows(items, n_columns: int, *, paper: bool, extra: int) -> tuple[l
                 metric_cell(refs[name]["nll"], "nll"),
                 Cell(text="exact"),
             ]
-            cells += [Cell(), Cell()] if paper else []
-            cells += [Cell() for _ in range(extra)]
+            cells += [Cell() for _ in range(blank)]  # the metric columns after the kind: empty
             cells += [
                 Cell(value=float(refs["tokens_scored"]), kind="exact", stderr=0.0, decimals=0),
                 Cell(text=f"fitted on {refs.get('fit_on')}{whose}"),
