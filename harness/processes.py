@@ -192,6 +192,87 @@ class ForwardProcess(abc.ABC):
         rate = sigma * self.prior(dtype=dtype, device=x0.device)[z_t] * bregman
         return torch.where(reachable, rate, torch.zeros_like(rate))
 
+    # -- concrete scores (SEDD): ratios s(y) = p_t(y) / p_t(z) in place of a denoiser -----------------
+    def log_ratios(self, x_theta: torch.Tensor, z: torch.Tensor, alpha) -> torch.Tensor:
+        """(..., V) log q_t(y | x_theta) / q_t(z | x_theta): the concrete score that a denoiser's
+        ``x_theta`` (..., C probabilities) implies at state ``z`` (...), float64; -inf where
+        q_t(y | x_theta) = 0."""
+        q = self.marginal(x_theta, alpha, dtype=torch.float64)
+        return torch.log(q) - torch.log(q.gather(-1, z[..., None]))
+
+    def denoiser(self, log_score: torch.Tensor, z: torch.Tensor, alpha) -> torch.Tensor:
+        """(..., C) the x_theta that scores ``log_score`` (..., V) imply at state ``z``, float64:
+        q_t(z) = 1 / sum_y s(y) (s(z) = 1), so x_theta(y) = (s(y) q_t(z) - (1 - alpha) pi(y)) / alpha,
+        clipped at 0 and renormalised (exact for scores of a denoiser; :meth:`log_ratios` inverted)."""
+        s = log_score.to(torch.float64).exp()
+        a = torch.as_tensor(alpha, dtype=torch.float64, device=s.device)[..., None]
+        q = s / s.sum(-1, keepdim=True)
+        x = ((q - (1 - a) * self.prior(dtype=torch.float64, device=s.device)) / a)[..., : self.categories]
+        x = x.clamp_min(0)
+        total = x.sum(-1, keepdim=True)
+        # scores with no mass left on a token (far from any denoiser's) fall back to their own shape
+        fallback = q[..., : self.categories] / q[..., : self.categories].sum(-1, keepdim=True)
+        return torch.where(total > 0, x / total.clamp_min(torch.finfo(torch.float64).tiny), fallback)
+
+    def score_entropy(
+        self,
+        log_score: torch.Tensor,
+        x0: torch.Tensor,
+        z_t: torch.Tensor,
+        alpha: torch.Tensor,
+        alpha_prime: torch.Tensor,
+    ) -> torch.Tensor:
+        """(...) nats per unit time: the denoising score entropy of Lou et al. (2024) at each position,
+
+            sigma_t pi(z) sum_{y != z} [ s(y) - r_x(y) + r_x(y) log(r_x(y) / s(y)) ],   s = exp(log_score),
+
+        for the network's scores ``log_score`` (..., V) at state ``z_t``, with r_x the ratios of
+        q_t(. | x_0) (:meth:`elbo_integrand` is this with s the ratios of q_t(. | x_theta)). Its
+        integral over t in (0, 1] bounds -log p(x_0) of the reverse chain whose rates are
+        Q_t(y, z) s(y), for any positive scores (SEDD's DWDSE). Float64; 0 at a state that
+        q_t(. | x_0) cannot reach; the score at z itself is not read."""
+        dtype = torch.float64
+        a = torch.as_tensor(alpha, dtype=dtype, device=x0.device)
+        q_x = self.marginal(x0, a, dtype=dtype)
+        at_z = q_x.gather(-1, z_t[..., None])
+        reachable = at_z[..., 0] > 0
+        r_x = q_x / at_z.clamp_min(torch.finfo(dtype).tiny)
+        log_s = log_score.to(dtype)
+        terms = log_s.exp() - r_x + torch.xlogy(r_x, r_x) - torch.where(r_x > 0, r_x * log_s, torch.zeros_like(r_x))
+        terms = terms.masked_fill(F.one_hot(z_t, self.states).bool(), 0.0).sum(-1)
+        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device) / a
+        rate = sigma * self.prior(dtype=dtype, device=x0.device)[z_t] * terms
+        return torch.where(reachable, rate, torch.zeros_like(rate))
+
+    def tweedie_probs(self, log_score: torch.Tensor, z: torch.Tensor, alpha_t, alpha_s) -> torch.Tensor:
+        """(..., V) unnormalised p(x_s = y | x_t = z), s < t, from the scores at t (SEDD's Tweedie
+        tau-leaping step, ``analytic``): q(z | y) times p_s(y) / p_t(z), where p_s = p_t / r +
+        (1 - 1 / r) pi (r = alpha_t / alpha_s, exact for the marginals of this process) gives
+
+            p_s(y) / p_t(z) = s(y) / r + (1 - 1 / r) pi(y) sum_v s(v)        (the staggered score),
+
+        clipped at 0. For the scores of a denoiser it is :meth:`posterior` with that x_theta, exactly."""
+        dtype = torch.float64
+        s = log_score.to(dtype).exp()
+        r = torch.as_tensor(alpha_t, dtype=dtype, device=s.device) / torch.as_tensor(alpha_s, dtype=dtype)
+        r = r[..., None] if r.dim() else r
+        pi = self.prior(dtype=dtype, device=s.device)
+        staggered = s / r + (1 - 1 / r) * pi * s.sum(-1, keepdim=True)
+        return (staggered * self.transition(z, alpha_t, alpha_s, dtype=dtype)).clamp_min(0)
+
+    def euler_probs(self, log_score: torch.Tensor, z: torch.Tensor, alpha, alpha_prime, dt: float) -> torch.Tensor:
+        """(..., V) p(x_{t - dt} = y | x_t = z) of one Euler step of the reverse chain (SEDD's
+        ``euler``): y != z with dt sigma_t pi(z) s(y) (the reverse rate Q_t(y, z) s(y)), z with the
+        rest, clipped at 0 (then the draw normalises, as SEDD's Gumbel draw does). Float64."""
+        dtype = torch.float64
+        s = log_score.to(dtype).exp()
+        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=s.device) / torch.as_tensor(alpha, dtype=dtype)
+        sigma = sigma[..., None] if sigma.dim() else sigma
+        at_z = F.one_hot(z, self.states).bool()
+        move = (dt * sigma * self.prior(dtype=dtype, device=s.device)[z][..., None] * s).masked_fill(at_z, 0.0)
+        stay = (1 - move.sum(-1, keepdim=True)).clamp_min(0)
+        return torch.where(at_z, stay, move)
+
     # -- what the estimators and samplers ask ---------------------------------------------------------
     def corruption_weight(self, schedule, t: torch.Tensor) -> torch.Tensor:
         """The factor before a corruption's summed terms at time t: 1 here (the terms are the
@@ -230,6 +311,19 @@ class Absorbing(ForwardProcess):
         weight = -torch.as_tensor(alpha_prime, dtype=torch.float64, device=x0.device) / (1 - a)
         nats = -log_x_theta.to(torch.float64).gather(-1, x0[..., None]).squeeze(-1)
         return torch.where(z_t == self.categories, weight * nats, torch.zeros_like(nats))
+
+    def score_entropy(self, log_score, x0, z_t, alpha, alpha_prime):
+        """SEDD's closed form: sigma_t [sum_{y < C} s(y) - r log s(x_0) + r log r - r] where z_t is
+        masked (r = alpha / (1 - alpha), the one ratio of q_t(. | x_0) that is not 0), 0 elsewhere."""
+        dtype = torch.float64
+        a = torch.as_tensor(alpha, dtype=dtype, device=x0.device)
+        r = a / (1 - a)
+        log_s = log_score.to(dtype)
+        positive = torch.logsumexp(log_s[..., : self.categories], dim=-1).exp()
+        negative = r * log_s.gather(-1, x0[..., None]).squeeze(-1)
+        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device) / a
+        rate = sigma * (positive - negative + torch.xlogy(r, r) - r)
+        return torch.where(z_t == self.categories, rate, torch.zeros_like(rate))
 
     def corruption_weight(self, schedule, t):
         """-alpha'_t / (1 - alpha_t), the schedule's own closed form (1/t for the log-linear one)."""
@@ -288,6 +382,30 @@ class Uniform(ForwardProcess):
         bracket = bracket - (C * (torch.log(theta_z) - torch.log(xbar_z)) - mass_log_theta + mass_log_self) / xbar_z
         alpha_prime = torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device)
         return alpha_prime / (C * a) * bracket
+
+    def score_entropy(self, log_score, x0, z_t, alpha, alpha_prime):
+        """SEDD's closed form for the uniform graph, from two sums over the C scores. With
+        rho = (1 - alpha) / (C alpha + 1 - alpha) (every ratio of q_t(. | x_0) when z_t = x_0) and
+        R = 1 + C alpha / (1 - alpha) (the ratio at x_0 when z_t != x_0, the others 1):
+
+            z_t = x_0:   S - (C - 1) rho + (C - 1) rho log rho - rho Lsum,
+            z_t != x_0:  S - (C - 2) - R + R log R - R log s(x_0) - (Lsum - log s(x_0)),
+
+        S and Lsum the sums of s(y) and log s(y) over y != z_t, times sigma_t / C."""
+        dtype = torch.float64
+        C = float(self.categories)
+        a = torch.as_tensor(alpha, dtype=dtype, device=x0.device).expand(x0.shape)
+        log_s = log_score.to(dtype)
+        log_s_z = log_s.gather(-1, z_t[..., None]).squeeze(-1)
+        log_s_x = log_s.gather(-1, x0[..., None]).squeeze(-1)
+        total = torch.logsumexp(log_s, dim=-1).exp() - log_s_z.exp()
+        logs = log_s.sum(-1) - log_s_z
+        rho = (1 - a) / (C * a + 1 - a)
+        big = 1 + C * a / (1 - a)
+        same = total - (C - 1) * rho + (C - 1) * torch.xlogy(rho, rho) - rho * logs
+        moved = total - (C - 2) - big + torch.xlogy(big, big) - big * log_s_x - (logs - log_s_x)
+        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device) / a
+        return sigma / C * torch.where(z_t == x0, same, moved)
 
     def unrevealed(self, y):
         """Every unit: a uniform state never tells noise from data, so every position stays open."""

@@ -193,6 +193,13 @@ class MaskedDiffusion(ModelFamily):
         """(B, L, ell) state, t (B,) -> (B, L, C) log p_theta(x^i = c | y), the network's own dtype."""
         return self.log_probs(y[..., 0], t)
 
+    def sampler_log_scores(self, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """(B, L, 1) states, t (B,) -> (B, L, V) log concrete scores: those the denoiser implies
+        (:meth:`harness.processes.ForwardProcess.log_ratios`, float64); a family whose network outputs
+        scores (SEDD) gives its own. Whole-token units only."""
+        probs = torch.exp(self.sampler_log_probs(y, t).double())
+        return self.process.log_ratios(probs, y[..., 0], self.schedule.alpha(t.double())[:, None])
+
     def joint_draw(
         self,
         probs: torch.Tensor,

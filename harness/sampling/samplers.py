@@ -17,6 +17,8 @@ Samplers (registry ``SAMPLERS``, did-you-mean on a typo):
                      loop) on the ancestral grid (:mod:`harness.sampling.remdm`);
 * ``posterior``      udlm (uniform and interpolating processes): T steps, every position redrawn
                      from q(x_s | x_t, x_theta) (:mod:`harness.sampling.posterior`);
+* ``tweedie``, ``euler`` sedd, sedd-uniform: SEDD's reverse-chain steps on concrete scores, then its
+                     denoising step (:mod:`harness.sampling.scores`);
 * ``autoregressive`` arm: left to right from a prefix or BOS (:mod:`harness.sampling.autoregressive`).
 
 Every draw is made in the given ``dtype``: the token of a revealed unit in the default two-stage
@@ -51,6 +53,7 @@ from harness.sampling.categorical import METHODS, check_nucleus, check_temperatu
 from harness.sampling.maskgit import run_maskgit
 from harness.sampling.posterior import run_posterior
 from harness.sampling.remdm import RemaskSettings, run_remdm
+from harness.sampling.scores import SEDD_T_END, run_euler, run_tweedie
 from harness.sampling.settings import DRAWS, NOISE_REMOVAL, BatchResult, SampleOutput, SamplerSettings
 from harness.sampling.units import UnitModel
 
@@ -67,6 +70,9 @@ class SamplerSpec:
     notes: dict[str, str] = field(default_factory=dict)
     #: the forward processes (:mod:`harness.processes`, or ``none``) whose models it can draw from
     processes: tuple[str, ...] = ("absorbing",)
+    #: where its grid ends and how it fills what is left, when :func:`generate` is not told
+    t_end: float = 0.0
+    noise_removal: str = "argmax"
 
 
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
@@ -100,6 +106,24 @@ for _spec in (
         run_posterior,
         "T steps, every position redrawn from q(x_s | x_t, x_theta) (uniform and interpolating processes)",
         processes=("uniform", "interpolating"),
+    ),
+    SamplerSpec(
+        "tweedie",
+        True,
+        run_tweedie,
+        "SEDD's Tweedie tau-leaping (analytic) steps on the concrete scores, then its denoising step",
+        processes=("absorbing", "uniform"),
+        t_end=SEDD_T_END,
+        noise_removal="sample",
+    ),
+    SamplerSpec(
+        "euler",
+        True,
+        run_euler,
+        "SEDD's Euler steps of the reverse rates on the concrete scores, then its denoising step",
+        processes=("absorbing", "uniform"),
+        t_end=SEDD_T_END,
+        noise_removal="sample",
     ),
     SamplerSpec(
         "autoregressive",
@@ -234,6 +258,8 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
     temperature = check_temperature(knobs["temperature"])  # the one check: the draws shape unchecked
     nucleus_p, nucleus_rule = check_nucleus(knobs["nucleus_p"], knobs["nucleus_rule"])
     method, noise_removal, t_end, cache = knobs["method"], knobs["noise_removal"], knobs["t_end"], knobs["cache"]
+    noise_removal = spec.noise_removal if noise_removal is None else noise_removal
+    t_end = spec.t_end if t_end is None else t_end
     if method not in METHODS:
         raise PrimebenchError(f"unknown categorical sampling method {method!r}", fix=f"use one of {', '.join(METHODS)}")
     if noise_removal not in NOISE_REMOVAL:
@@ -318,7 +344,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
     """Every setting of a :func:`generate` call that can move a downstream number; ``run`` holds the
     call's own facts (num_samples, batch_size, prefix_len, bos_id, seeded)."""
     time_cond = bool(model.time_conditioning)
-    grid_sampler = spec.name in ("ancestral", "posterior", "remdm")
+    grid_sampler = spec.name in ("ancestral", "posterior", "remdm", "tweedie", "euler")
     protocol = {
         "sampler": spec.name,
         "family": model.family,
@@ -326,7 +352,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
         "steps": settings.steps if spec.uses_steps else "one per generated unit",
         "dtype": str(settings.dtype).removeprefix("torch."),
         "method": settings.method,
-        "draw": settings.draw if grid_sampler else None,
+        "draw": settings.draw if spec.name in ("ancestral", "posterior", "remdm") else None,
         "temperature": settings.temperature,
         "nucleus_p": settings.nucleus_p,
         "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,
@@ -368,12 +394,12 @@ def generate(
     nucleus_rule: str = "cross",
     dtype: str | torch.dtype = "float64",
     method: str = "gumbel",
-    noise_removal: str = "argmax",
+    noise_removal: str | None = None,
     cache: bool | None = None,
     generator: torch.Generator | int | None = None,
     prefix: torch.Tensor | None = None,
     bos_id: int | None = None,
-    t_end: float = 0.0,
+    t_end: float | None = None,
     draw: str = "two-stage",
     seq_len: int | None = None,
     remask: RemaskSettings | dict | None = None,
@@ -393,7 +419,10 @@ def generate(
     ``generator``: a torch.Generator on the model's device or an int seed (same seed -> same
     samples). ``prefix``: (N or 1, P) token ids kept fixed at the first P positions (never masked,
     never changed). ``bos_id``: the ARM's first token when no prefix is given (other samplers
-    ignore it). ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest).
+    ignore it). ``t_end``: where the ancestral grid stops (then ``noise_removal`` fills the rest);
+    None: the sampler's own (0; SEDD's 1e-5 for ``tweedie`` and ``euler``). ``noise_removal``:
+    ``argmax`` or ``sample``; None: the sampler's own (``argmax``; ``sample`` for the score samplers,
+    as SEDD's denoiser draws).
     ``draw``: the ancestral and posterior steps' draw, ``two-stage`` (reveal, then token by inverse
     CDF; the posterior sampler: pick a part of the posterior's mixture, then a token; exact and
     cheap) or ``joint`` (the family's joint draw with ``method``, MDLM's over C + 1 outcomes; the

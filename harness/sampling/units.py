@@ -65,6 +65,12 @@ class UnitModel:
         tt = torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(rows).contiguous()
         return self.model.sampler_log_probs(y, tt)
 
+    def log_scores(self, y: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
+        """(B, L, ell) units at time t -> (B, L, V) log concrete scores log p_t(v) / p_t(y) (the
+        score samplers' call, :mod:`harness.sampling.scores`)."""
+        tt = torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(y.shape[0]).contiguous()
+        return self.model.sampler_log_scores(y, tt)
+
 
 def shaped_log_probs(log_p: torch.Tensor, settings: SamplerSettings) -> torch.Tensor:
     """Apply temperature, then nucleus (top-p) filtering, to the token distribution (..., C).

@@ -260,3 +260,59 @@ def test_uniform_closed_form_is_the_generic_integrand(C):
         slow = ForwardProcess.elbo_integrand(u, log_p, x0, z, alpha, alpha_prime)
         torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
     assert torch.equal(log_p, kept)
+
+
+# -- concrete scores (SEDD's parameterisation) ---------------------------------------------------------
+def _score_case(process: ForwardProcess, seed: int, n: int = 64):
+    g = torch.Generator().manual_seed(seed)
+    x0 = torch.randint(0, C, (n,), generator=g)
+    alpha = torch.tensor(0.37, dtype=F64)
+    z = torch.multinomial(process.marginal(x0, alpha, dtype=F64), 1, generator=g)[:, 0]  # z ~ q_t(. | x0)
+    x_theta = torch.softmax(torch.randn(n, C, generator=g, dtype=F64), -1)
+    return x0, z, alpha, x_theta
+
+
+@pytest.mark.parametrize("process", PROCESS_CASES, ids=IDS)
+def test_scores_and_denoisers_are_each_others_inverse(process: ForwardProcess):
+    x0, z, alpha, x_theta = _score_case(process, 0)
+    log_s = process.log_ratios(x_theta, z, alpha)
+    assert torch.allclose(log_s.gather(-1, z[:, None]), torch.zeros(len(z), 1, dtype=F64))  # s(z) = 1
+    assert torch.allclose(process.denoiser(log_s, z, alpha), x_theta, atol=1e-12)
+    # the score entropy of a denoiser's scores is its ELBO integrand (SEDD's DWDSE generalises it)
+    dalpha = torch.tensor(-0.8, dtype=F64)
+    got = process.score_entropy(log_s, x0, z, alpha, dalpha)
+    want = process.elbo_integrand(torch.log(x_theta), x0, z, alpha, dalpha)
+    assert torch.allclose(got, want, atol=1e-10), (got - want).abs().max()
+    # Tweedie's step on a denoiser's scores is the posterior step, exactly
+    alpha_s = torch.tensor(0.6, dtype=F64)
+    tw = process.tweedie_probs(log_s, z, alpha, alpha_s)
+    assert torch.allclose(tw / tw.sum(-1, keepdim=True), process.posterior(z, x_theta, alpha, alpha_s), atol=1e-12)
+
+
+@pytest.mark.parametrize("process", [Absorbing(C), Uniform(C)], ids=["absorbing", "uniform"])
+def test_score_entropy_closed_forms_are_the_generic_one(process: ForwardProcess):
+    """SEDD's closed forms (graph_lib's ``score_entropy``) against the generic definition, for
+    arbitrary positive scores (not a denoiser's), at every (x0, z) pair."""
+    g = torch.Generator().manual_seed(1)
+    x0 = torch.arange(C).repeat_interleave(process.states)
+    z = torch.arange(process.states).repeat(C)
+    log_s = torch.randn(len(z), process.states, generator=g, dtype=F64)
+    alpha, dalpha = torch.tensor(0.42, dtype=F64), torch.tensor(-1.3, dtype=F64)
+    got = process.score_entropy(log_s, x0, z, alpha, dalpha)
+    want = ForwardProcess.score_entropy(process, log_s, x0, z, alpha, dalpha)
+    assert torch.allclose(got, want, atol=1e-12), (got - want).abs().max()
+    assert bool((got >= -1e-12).all())  # a Bregman divergence times a positive rate
+
+
+@pytest.mark.parametrize("process", [Absorbing(C), Uniform(C)], ids=["absorbing", "uniform"])
+def test_euler_step_is_a_law_and_moves_at_the_reverse_rate(process: ForwardProcess):
+    g = torch.Generator().manual_seed(2)
+    z = torch.randint(0, process.states, (16,), generator=g)
+    log_s = torch.randn(16, process.states, generator=g, dtype=F64)
+    alpha, dalpha, dt = torch.tensor(0.5, dtype=F64), torch.tensor(-1.0, dtype=F64), 1e-3
+    p = process.euler_probs(log_s, z, alpha, dalpha, dt)
+    assert torch.allclose(p.sum(-1), torch.ones(16, dtype=F64)) and bool((p >= 0).all())
+    sigma = 2.0  # -alpha' / alpha
+    y = (z + 1) % process.states
+    rate = sigma * process.prior(dtype=F64)[z] * log_s.exp().gather(-1, y[:, None])[:, 0]
+    assert torch.allclose(p.gather(-1, y[:, None])[:, 0], dt * rate)

@@ -426,7 +426,16 @@ def test_errors_name_the_problem():
         generate(mdlm, num_samples=2, prefix=torch.tensor([[0, 1, 2, 3]]))
     with pytest.raises(PrimebenchError, match="dtype"):
         generate(mdlm, num_samples=2, dtype="float16")
-    assert set(SAMPLERS) == {"ancestral", "first-hitting", "maskgit", "remdm", "posterior", "autoregressive"}
+    assert set(SAMPLERS) == {
+        "ancestral",
+        "first-hitting",
+        "maskgit",
+        "remdm",
+        "posterior",
+        "autoregressive",
+        "tweedie",
+        "euler",
+    }
 
 
 @pytest.mark.parametrize(
