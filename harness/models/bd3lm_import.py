@@ -29,13 +29,13 @@ import torch
 from torch import nn
 
 from harness.errors import CheckpointError
-from harness.io import read_json
 from harness.models.mdlm_import import read_weights
 from harness.models.release_ckpt import (
     build_release_family,
     ema_state,
     model_shape,
     read_release_ckpt,
+    release_folder_config,
     release_tokenizer,
 )
 from harness.models.release_config import BD3LM_RELEASE_ALGO, config_flag, config_size
@@ -125,13 +125,7 @@ def _clip(values: dict[str, Any], where: str) -> tuple[float, float]:
 def bd3lm_hf(source, *, device: str = "cpu", tokenizer: str | None = None, ema: bool = True):
     """Load ``bd3lm-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
 
-    folder = Path(str(source)[len(PREFIX) :]).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(f"{PREFIX}{folder}: not a folder", fix="pass the folder of a BD3-LM release (HF layout)")
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{str(folder)!r} has no config.json", fix="pass the folder of a BD3-LM release")
-    config = read_json(path, what="BD3-LM config", fix="restore the file", error=CheckpointError)
+    folder, path, config = release_folder_config(source, prefix=PREFIX, label="BD3-LM")
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
         raise CheckpointError(

@@ -15,6 +15,7 @@ from harness.config import Config, DataConfig
 from harness.data import get_tokenizer
 from harness.data.tokenizers.hf import load_transformers
 from harness.errors import CheckpointError
+from harness.io import read_json
 from harness.models import family_class
 from harness.models.mdlm_dit import MDLMDiT
 from harness.models.release_config import BD3LM_RELEASE_ALGO, config_size
@@ -65,6 +66,20 @@ def wrong_prefix(path: Path, used: str, right: str) -> CheckpointError:
         f"{str(path)!r} is {prefix_description(right)}; {mismatch}",
         fix=f"load it as {right}{path}" if right else f"pass the folder without a prefix: {path}",
     )
+
+
+def release_folder_config(source, *, prefix: str, label: str) -> tuple[Path, Path, Any]:
+    """``prefix`` + FOLDER -> ``(folder, its config.json path, the parsed config)``, refusing a path
+    that is not a folder or has no ``config.json``; ``label`` names the release in the errors."""
+    folder = Path(str(source)[len(prefix) :]).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{prefix}{folder}: not a folder", fix=f"pass the folder of a {label} release (HF layout)"
+        )
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{str(folder)!r} has no config.json", fix=f"pass the folder of a {label} release")
+    return folder, path, read_json(path, what=f"{label} config", fix="restore the file", error=CheckpointError)
 
 
 def release_sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:

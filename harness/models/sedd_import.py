@@ -27,10 +27,9 @@ import torch
 from torch import nn
 
 from harness.errors import CheckpointError
-from harness.io import read_json
 from harness.models import family_class
 from harness.models.mdlm_import import read_weights
-from harness.models.release_ckpt import build_release_family, release_sigma, release_tokenizer
+from harness.models.release_ckpt import build_release_family, release_folder_config, release_sigma, release_tokenizer
 from harness.models.release_config import config_flag, config_size
 from harness.models.releases import ReleaseFormat, register_release
 
@@ -75,13 +74,7 @@ def _section(config: dict, key: str, path: Path) -> dict:
 
 def sedd_hf(source, *, ema: bool = True, device: str = "cpu", tokenizer: str | None = None):
     """Load ``sedd-hf:PATH`` -> ``(model, tokenizer, config)`` like :func:`harness.load`."""
-    folder = Path(str(source)[len(PREFIX) :]).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(f"{PREFIX}{folder}: not a folder", fix="pass the folder of a SEDD release (HF layout)")
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{str(folder)!r} has no config.json", fix="pass the folder of a SEDD release")
-    config = read_json(path, what="SEDD config", fix="restore the file", error=CheckpointError)
+    folder, path, config = release_folder_config(source, prefix=PREFIX, label="SEDD")
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} is not a JSON object", fix="restore the release's config.json")
     where = str(path)

@@ -18,15 +18,12 @@ weights. :func:`load_uniform_hf` serves DUO's layout too (:mod:`harness.models.d
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
 from harness.errors import CheckpointError
-from harness.io import read_json
 from harness.models.mdlm_import import read_weights
-from harness.models.release_ckpt import build_release_family, release_sigma, release_tokenizer
+from harness.models.release_ckpt import build_release_family, release_folder_config, release_sigma, release_tokenizer
 from harness.models.release_config import config_flag, config_size
 from harness.models.releases import ReleaseFormat, register_release
 
@@ -66,15 +63,7 @@ def load_uniform_hf(
     ``time_conditioning``: None reads ``config.json``'s flag (default true); a bool is the layout's
     fixed setting. ``refuse``: config flags that must be false, each with the reason."""
 
-    folder = Path(str(source)[len(prefix) :]).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"{prefix}{folder}: not a folder", fix=f"pass the folder of a {label} release (HF layout)"
-        )
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{str(folder)!r} has no config.json", fix=f"pass the folder of a {label} release")
-    config = read_json(path, what=f"{label} config", fix="restore the file", error=CheckpointError)
+    folder, path, config = release_folder_config(source, prefix=prefix, label=label)
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
         raise CheckpointError(
