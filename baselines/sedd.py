@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from baselines.mdlm import subs_log_probs
 from harness.errors import ConfigError
 from harness.models import MODELS
 from harness.models.base import Estimator
@@ -126,13 +127,7 @@ class SEDD(MaskedDiffusion):
         alpha = self.schedule.alpha(t.double())[:, None]
         probs = self.process.denoiser(log_s, z_t, alpha)
         log_p = torch.log(probs).float()
-        if self.process.has_mask:
-            revealed = ~self.process.unrevealed(z_t)
-            carried = torch.full_like(log_p, float("-inf")).scatter(
-                -1, z_t.clamp_max(self.vocab_size - 1)[..., None], 0.0
-            )
-            log_p = torch.where(revealed[..., None], carried, log_p)
-        return log_p
+        return subs_log_probs(log_p, z_t, self.mask_id) if self.process.has_mask else log_p
 
     def nll_terms(
         self,

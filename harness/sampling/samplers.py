@@ -73,6 +73,10 @@ class SamplerSpec:
     #: where its grid ends and how it fills what is left, when :func:`generate` is not told
     t_end: float = 0.0
     noise_removal: str = "argmax"
+    #: it runs on a time grid (its record holds the grid, ``t_end`` and ``noise_removal``)
+    on_grid: bool = False
+    #: its step has the ``--draw two-stage|joint`` choice (recorded)
+    draw_choice: bool = False
 
 
 SAMPLERS: Registry[SamplerSpec] = Registry("sampler")
@@ -83,6 +87,8 @@ for _spec in (
         ancestral.run_ancestral,
         "T-step ancestral sampler on t_k = 1 - k(1 - t_end)/T, exact per-sample caching",
         ancestral.NOTES,
+        on_grid=True,
+        draw_choice=True,
     ),
     SamplerSpec(
         "first-hitting",
@@ -99,6 +105,8 @@ for _spec in (
         True,
         run_remdm,
         "ReMDM: the ancestral grid with decoded tokens remasked (cap, rescale, conf or loop schedule of sigma)",
+        on_grid=True,
+        draw_choice=True,
     ),
     SamplerSpec(
         "posterior",
@@ -106,6 +114,8 @@ for _spec in (
         run_posterior,
         "T steps, every position redrawn from q(x_s | x_t, x_theta) (uniform and interpolating processes)",
         processes=("uniform", "interpolating"),
+        on_grid=True,
+        draw_choice=True,
     ),
     SamplerSpec(
         "tweedie",
@@ -115,6 +125,7 @@ for _spec in (
         processes=("absorbing", "uniform"),
         t_end=SEDD_T_END,
         noise_removal="sample",
+        on_grid=True,
     ),
     SamplerSpec(
         "euler",
@@ -124,6 +135,7 @@ for _spec in (
         processes=("absorbing", "uniform"),
         t_end=SEDD_T_END,
         noise_removal="sample",
+        on_grid=True,
     ),
     SamplerSpec(
         "autoregressive",
@@ -344,7 +356,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
     """Every setting of a :func:`generate` call that can move a downstream number; ``run`` holds the
     call's own facts (num_samples, batch_size, prefix_len, bos_id, seeded)."""
     time_cond = bool(model.time_conditioning)
-    grid_sampler = spec.name in ("ancestral", "posterior", "remdm", "tweedie", "euler")
+    grid_sampler = spec.on_grid
     protocol = {
         "sampler": spec.name,
         "family": model.family,
@@ -352,7 +364,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
         "steps": settings.steps if spec.uses_steps else "one per generated unit",
         "dtype": str(settings.dtype).removeprefix("torch."),
         "method": settings.method,
-        "draw": settings.draw if spec.name in ("ancestral", "posterior", "remdm") else None,
+        "draw": settings.draw if spec.draw_choice else None,
         "temperature": settings.temperature,
         "nucleus_p": settings.nucleus_p,
         "nucleus_rule": settings.nucleus_rule if settings.nucleus_p < 1.0 else None,

@@ -61,15 +61,17 @@ class UnitModel:
         ``t`` only reaches time-conditioned networks; the others ignore it (their output is exact
         to reuse across steps, which is what makes caching exact).
         """
-        rows = y.shape[0]
-        tt = torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(rows).contiguous()
-        return self.model.sampler_log_probs(y, tt)
+        return self.model.sampler_log_probs(y, _row_times(y, t))
 
     def log_scores(self, y: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
         """(B, L, ell) units at time t -> (B, L, V) log concrete scores log p_t(v) / p_t(y) (the
         score samplers' call, :mod:`harness.sampling.scores`)."""
-        tt = torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(y.shape[0]).contiguous()
-        return self.model.sampler_log_scores(y, tt)
+        return self.model.sampler_log_scores(y, _row_times(y, t))
+
+
+def _row_times(y: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
+    """t (a float, or (B,)) as the (B,) float32 times of the batch ``y``."""
+    return torch.as_tensor(t, dtype=torch.float32, device=y.device).expand(y.shape[0]).contiguous()
 
 
 def shaped_log_probs(log_p: torch.Tensor, settings: SamplerSettings) -> torch.Tensor:
