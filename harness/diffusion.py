@@ -169,7 +169,8 @@ def corrupt(
         t = None
     else:
         check_time_sampler(sampler)
-    return process.noise(clean, masked, generator=generator), masked, weight, t
+    alpha = None if t is None or not process.moving_prior else schedule.alpha(t)  # the redraw law at t
+    return process.noise(clean, masked, generator=generator, alpha=alpha), masked, weight, t
 
 
 def _count_needs_absorbing(process: ForwardProcess) -> None:
@@ -246,7 +247,8 @@ def corrupt_blocks(
         weight = torch.where(n_units > 0, n_units.double() / n.clamp_min(1).double(), 0.0).reshape(B, blocks)
     else:
         check_time_sampler(sampler)
-    return process.noise(clean, masked, generator=generator), masked, weight, t
+    alpha = None if t is None or not process.moving_prior else schedule.alpha(t)  # the redraw law at t
+    return process.noise(clean, masked, generator=generator, alpha=alpha), masked, weight, t
 
 
 def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

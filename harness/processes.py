@@ -67,6 +67,8 @@ class ForwardProcess(abc.ABC):
     name: ClassVar[str] = ""
     #: whether pi puts mass on an extra mask state (then V = C + 1 and its id is C)
     has_mask: ClassVar[bool] = False
+    #: whether the law a hit unit is redrawn from moves with time (GIDD's); SEDD's steps assume it does not
+    moving_prior: ClassVar[bool] = False
     about: ClassVar[str] = ""
 
     def __init__(self, categories: int):
@@ -95,8 +97,9 @@ class ForwardProcess(abc.ABC):
         return self.categories if self.has_mask else None
 
     @abc.abstractmethod
-    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
-        """(V,) pi, the law of a unit at t = 1."""
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None, alpha=None) -> torch.Tensor:
+        """(V,) pi, the law of a unit at t = 1, which is also the law of a hit unit's redraw at every
+        time; a process whose redraw law moves with time (:class:`Hybrid`) gives it at ``alpha``."""
 
     def describe(self) -> dict:
         """The record's words for this process."""
@@ -188,9 +191,16 @@ class ForwardProcess(abc.ABC):
         r_theta = q_theta / q_theta.gather(-1, z_t[..., None])
         bregman = r_theta - r_x + torch.xlogy(r_x, r_x) - torch.xlogy(r_x, r_theta)
         bregman = bregman.masked_fill(F.one_hot(z_t, self.states).bool(), 0.0).sum(-1)
-        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device) / a
-        rate = sigma * self.prior(dtype=dtype, device=x0.device)[z_t] * bregman
+        rate = self.rate_into(z_t, a, alpha_prime) * bregman
         return torch.where(reachable, rate, torch.zeros_like(rate))
+
+    def rate_into(self, z: torch.Tensor, alpha, alpha_prime) -> torch.Tensor:
+        """(...) float64 the forward rate into state ``z`` (from any other): sigma_t pi(z), sigma_t =
+        -alpha' / alpha."""
+        dtype = torch.float64
+        a = torch.as_tensor(alpha, dtype=dtype, device=z.device)
+        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=z.device) / a
+        return sigma * self.prior(dtype=dtype, device=z.device)[z]
 
     # -- concrete scores (SEDD): ratios s(y) = p_t(y) / p_t(z) in place of a denoiser -----------------
     def log_ratios(self, x_theta: torch.Tensor, z: torch.Tensor, alpha) -> torch.Tensor:
@@ -207,7 +217,8 @@ class ForwardProcess(abc.ABC):
         s = log_score.to(torch.float64).exp()
         a = torch.as_tensor(alpha, dtype=torch.float64, device=s.device)[..., None]
         q = s / s.sum(-1, keepdim=True)
-        x = ((q - (1 - a) * self.prior(dtype=torch.float64, device=s.device)) / a)[..., : self.categories]
+        pi = self.prior(dtype=torch.float64, device=s.device, alpha=a[..., 0])  # pi_t where pi moves
+        x = ((q - (1 - a) * pi) / a)[..., : self.categories]
         x = x.clamp_min(0)
         total = x.sum(-1, keepdim=True)
         # scores with no mass left on a token (far from any denoiser's) fall back to their own shape
@@ -240,8 +251,7 @@ class ForwardProcess(abc.ABC):
         log_s = log_score.to(dtype)
         terms = log_s.exp() - r_x + torch.xlogy(r_x, r_x) - torch.where(r_x > 0, r_x * log_s, torch.zeros_like(r_x))
         terms = terms.masked_fill(F.one_hot(z_t, self.states).bool(), 0.0).sum(-1)
-        sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=x0.device) / a
-        rate = sigma * self.prior(dtype=dtype, device=x0.device)[z_t] * terms
+        rate = self.rate_into(z_t, a, alpha_prime) * terms
         return torch.where(reachable, rate, torch.zeros_like(rate))
 
     def tweedie_probs(self, log_score: torch.Tensor, z: torch.Tensor, alpha_t, alpha_s) -> torch.Tensor:
@@ -252,6 +262,7 @@ class ForwardProcess(abc.ABC):
             p_s(y) / p_t(z) = s(y) / r + (1 - 1 / r) pi(y) sum_v s(v)        (the staggered score),
 
         clipped at 0. For the scores of a denoiser it is :meth:`posterior` with that x_theta, exactly."""
+        self._fixed_prior("Tweedie's step")
         dtype = torch.float64
         s = log_score.to(dtype).exp()
         r = torch.as_tensor(alpha_t, dtype=dtype, device=s.device) / torch.as_tensor(alpha_s, dtype=dtype)
@@ -264,6 +275,7 @@ class ForwardProcess(abc.ABC):
         """(..., V) p(x_{t - dt} = y | x_t = z) of one Euler step of the reverse chain (SEDD's
         ``euler``): y != z with dt sigma_t pi(z) s(y) (the reverse rate Q_t(y, z) s(y)), z with the
         rest, clipped at 0 (then the draw normalises, as SEDD's Gumbel draw does). Float64."""
+        self._fixed_prior("the Euler step")
         dtype = torch.float64
         s = log_score.to(dtype).exp()
         sigma = -torch.as_tensor(alpha_prime, dtype=dtype, device=s.device) / torch.as_tensor(alpha, dtype=dtype)
@@ -273,6 +285,13 @@ class ForwardProcess(abc.ABC):
         stay = (1 - move.sum(-1, keepdim=True)).clamp_min(0)
         return torch.where(at_z, stay, move)
 
+    def _fixed_prior(self, what: str) -> None:
+        if self.moving_prior:
+            raise InputError(
+                f"{what} assumes a redraw law that does not move with time; the {self.name} process's does",
+                fix="use the posterior sampler for this process",
+            )
+
     # -- what the estimators and samplers ask ---------------------------------------------------------
     def corruption_weight(self, schedule, t: torch.Tensor) -> torch.Tensor:
         """The factor before a corruption's summed terms at time t: 1 here (the terms are the
@@ -280,8 +299,10 @@ class ForwardProcess(abc.ABC):
         return torch.ones_like(torch.as_tensor(t, dtype=torch.float64))
 
     @abc.abstractmethod
-    def noise(self, clean: torch.Tensor, hit: torch.Tensor, *, generator=None) -> torch.Tensor:
-        """``clean`` units with those where ``hit`` (bool, same shape) redrawn from pi."""
+    def noise(self, clean: torch.Tensor, hit: torch.Tensor, *, generator=None, alpha=None) -> torch.Tensor:
+        """``clean`` units with those where ``hit`` (bool, same shape) redrawn from pi. ``alpha``: the
+        time the draw is made at (a float, or a tensor of each row's alpha that broadcasts from the
+        left), read only by a process whose pi moves with time (:class:`Hybrid`); None is t = 1."""
 
     @abc.abstractmethod
     def unrevealed(self, y: torch.Tensor) -> torch.Tensor:
@@ -300,7 +321,7 @@ class Absorbing(ForwardProcess):
     has_mask = True
     about = "all mass on the mask state"
 
-    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None, alpha=None) -> torch.Tensor:
         pi = torch.zeros(self.states, dtype=dtype, device=device)
         pi[self.categories] = 1.0
         return pi
@@ -329,7 +350,7 @@ class Absorbing(ForwardProcess):
         """-alpha'_t / (1 - alpha_t), the schedule's own closed form (1/t for the log-linear one)."""
         return schedule.weight(t)
 
-    def noise(self, clean, hit, *, generator=None):
+    def noise(self, clean, hit, *, generator=None, alpha=None):
         return torch.where(hit, torch.full_like(clean, self.categories), clean)
 
     def unrevealed(self, y):
@@ -342,10 +363,10 @@ class Uniform(ForwardProcess):
     name = "uniform"
     about = "uniform over the C categories"
 
-    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None, alpha=None) -> torch.Tensor:
         return torch.full((self.states,), 1.0 / self.categories, dtype=dtype, device=device)
 
-    def noise(self, clean, hit, *, generator=None):
+    def noise(self, clean, hit, *, generator=None, alpha=None):
         u = _uniforms(clean, generator)
         draw = (u * self.categories).long().clamp_(0, self.categories - 1)
         return torch.where(hit, draw, clean)
@@ -434,12 +455,12 @@ class Interpolating(ForwardProcess):
     def describe(self) -> dict:
         return dict(super().describe(), mask_weight=self.mask_weight)
 
-    def prior(self, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None, alpha=None) -> torch.Tensor:
         pi = torch.full((self.states,), (1 - self.mask_weight) / self.categories, dtype=dtype, device=device)
         pi[self.categories] = self.mask_weight
         return pi
 
-    def noise(self, clean, hit, *, generator=None):
+    def noise(self, clean, hit, *, generator=None, alpha=None):
         u = _uniforms(clean, generator)
         to_mask = u < self.mask_weight
         token = (
@@ -453,6 +474,141 @@ class Interpolating(ForwardProcess):
         return torch.ones_like(y, dtype=torch.bool)
 
 
+class Hybrid(ForwardProcess):
+    """GIDD's interpolating process (von Ruette et al. 2025; ``HybridDiffusion`` in dvruette/gidd):
+    the mixture of mask and uniform noise moves with time. On GIDD's clock
+    (:class:`harness.schedules.Gidd`, c_t = B (t (1 - t))^(gamma / 2), C_t = 1 + c_t),
+
+        q_t(. | x_0) = alpha_t x_0 + beta_t pi_t,   alpha_t = (1 - t) / C_t,
+        beta_t pi_t = (t [mask] + c_t u) / C_t,      u uniform over the C tokens,
+
+    so noise is mostly uniform early (c_t ~ B sqrt(t) >> t) and all mask at t = 1. Every method takes
+    alpha as the other processes do and reads t back from GIDD's clock (:meth:`times`). Since pi_t
+    moves, the forward rate into a state z is not sigma_t pi(z) but
+
+        b_t(z) = (beta pi)'_t(z) - (alpha'_t / alpha_t) (beta pi)_t(z):
+        b_t(mask) = 1 / ((1 - t) C_t),   b_t(token) = (c_t + (1 - t) c'_t) / ((1 - t) C C_t),
+
+    and the ELBO's integrand is b_t(z) times the same Bregman sum as for the fixed-pi processes,
+    which GIDD writes as w_t(z) [KL(q_t(. | x_0) || q_t(. | x_theta)) + R - log R - 1] with
+    w_t = b_t(z) / q_t(z | x_0) and R = q_t(z | x_0) / q_t(z | x_theta) (:meth:`elbo_integrand`,
+    equal to the generic form and to GIDD's ``GiddLoss`` ELBO; tested). The reverse step's noise part
+    q(x_t = z | x_s) - (alpha_t / alpha_s) [x_s = z] = (beta pi)_t(z) - (alpha_t / alpha_s)(beta pi)_s(z)
+    is GIDD's ``beta_pi_ts``. :meth:`prior` is pi_1, the mask."""
+
+    name = "hybrid"
+    has_mask = True
+    moving_prior = True
+    about = "GIDD's moving mixture: uniform over the C categories early, the mask state at t = 1"
+
+    def __init__(self, categories: int, p_uniform: float = 0.0, gamma: float = 1.0):
+        from harness.schedules import Gidd
+
+        super().__init__(categories)
+        self.clock = Gidd(p_uniform=p_uniform, gamma=gamma)
+
+    def __repr__(self) -> str:
+        return f"Hybrid(categories={self.categories}, clock={self.clock.name!r})"
+
+    def describe(self) -> dict:
+        return dict(super().describe(), p_uniform=self.clock.p_uniform, gamma=self.clock.gamma, clock=self.clock.name)
+
+    def times(self, alpha) -> torch.Tensor:
+        """float64 t with alpha_t = ``alpha`` on GIDD's clock."""
+        return self.clock.t_from_alpha(torch.as_tensor(alpha, dtype=torch.float64))
+
+    def noise_mass(self, alpha, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        """(..., V) (beta pi)_t: t / C_t on the mask, c_t / (C C_t) on each token; sums to 1 - alpha."""
+        t = self.times(alpha).to(dtype=dtype, device=device)
+        c, _ = self.clock.mixing(t)
+        per_token = (c / (self.categories * (1 + c)))[..., None].expand(*t.shape, self.categories)
+        return torch.cat([per_token, (t / (1 + c))[..., None]], dim=-1)
+
+    def prior(self, *, dtype: torch.dtype = torch.float64, device=None, alpha=None) -> torch.Tensor:
+        """(V,) pi_1 (the mask); with ``alpha``, pi_t at that time (..., V)."""
+        if alpha is None:
+            pi = torch.zeros(self.states, dtype=dtype, device=device)
+            pi[self.categories] = 1.0
+            return pi
+        mass = self.noise_mass(alpha, dtype=dtype, device=device)
+        return mass / mass.sum(-1, keepdim=True)
+
+    def marginal(self, x0, alpha, *, dtype=torch.float64):
+        probs = self._clean(x0, dtype)
+        a = torch.as_tensor(alpha, dtype=dtype, device=probs.device)
+        return a[..., None] * probs + self.noise_mass(a, dtype=dtype, device=probs.device)
+
+    def _moved(self, z: torch.Tensor, alpha_t, alpha_s, dtype) -> torch.Tensor:
+        """(...) the noise part of q(x_t = z | x_s): (beta pi)_t(z) - (alpha_t / alpha_s)(beta pi)_s(z)."""
+        a_t = torch.as_tensor(alpha_t, dtype=dtype, device=z.device)
+        a_s = torch.as_tensor(alpha_s, dtype=dtype, device=z.device)
+        t_mass = self.noise_mass(a_t, dtype=dtype, device=z.device).expand(*z.shape, self.states)
+        s_mass = self.noise_mass(a_s, dtype=dtype, device=z.device).expand(*z.shape, self.states)
+        at = (t_mass - (a_t / a_s)[..., None] * s_mass).gather(-1, z[..., None])[..., 0]
+        return at.clamp_min(0)
+
+    def transition(self, z, alpha_t, alpha_s, *, dtype=torch.float64):
+        r = (torch.as_tensor(alpha_t, dtype=dtype, device=z.device) / alpha_s)[..., None]
+        return r * F.one_hot(z, self.states).to(dtype) + self._moved(z, alpha_t, alpha_s, dtype)[..., None]
+
+    def posterior_parts(self, z_t, x0_at_z, alpha_t, alpha_s):
+        """The three parts, with the noise part drawn from pi_s (pass ``alpha=alpha_s`` to :meth:`noise`)."""
+        dtype = torch.float64
+        s_mass = self.noise_mass(alpha_s, dtype=dtype, device=z_t.device)[z_t]
+        moved = self._moved(z_t, alpha_t, alpha_s, dtype)
+        stay = alpha_t / alpha_s * (alpha_s * x0_at_z.to(dtype) + s_mass)
+        return stay, moved * alpha_s, moved * (1 - alpha_s)
+
+    def rate_into(self, z: torch.Tensor, alpha, alpha_prime=None) -> torch.Tensor:
+        """(...) float64 b_t(z), the forward rate into state ``z`` at the time of ``alpha`` (0 < t < 1),
+        per unit of GIDD's clock; with ``alpha_prime`` (d alpha / d tau of the caller's clock tau),
+        per unit of the caller's time: b_t(z) dt / d tau = b_t(z) alpha_prime / alpha'_t."""
+        a = torch.as_tensor(alpha, dtype=torch.float64, device=z.device)
+        t = self.times(a)
+        c, c_prime = self.clock.mixing(t)
+        big = 1 + c
+        mask = 1 / ((1 - t) * big)
+        token = (c + (1 - t) * c_prime) / ((1 - t) * self.categories * big)
+        rate = torch.where(z == self.categories, mask, token)
+        if alpha_prime is None:
+            return rate
+        return rate * torch.as_tensor(alpha_prime, dtype=torch.float64, device=z.device) / self.clock.alpha_prime(t)
+
+    def elbo_integrand(self, log_x_theta, x0, z_t, alpha, alpha_prime):
+        """GIDD's form: w_t(z) [KL(q_t(. | x_0) || q_t(. | x_theta)) + R - log R - 1] (class
+        docstring), float64, one pass over the V states, per unit of the time whose d alpha / dt is
+        ``alpha_prime`` (GIDD's clock's own in the family, where the factor is 1). x_theta puts no
+        mass on the mask (GIDD sets that logit to -inf)."""
+        dtype = torch.float64
+        a = torch.as_tensor(alpha, dtype=dtype, device=x0.device).expand(x0.shape)
+        q_x = self.marginal(x0, a, dtype=dtype)
+        q_theta = self.marginal(log_x_theta.to(dtype).exp(), a, dtype=dtype)
+        kl = (torch.xlogy(q_x, q_x) - torch.xlogy(q_x, q_theta)).sum(-1)
+        at_x = q_x.gather(-1, z_t[..., None])[..., 0]
+        log_r = torch.log(at_x) - torch.log(q_theta.gather(-1, z_t[..., None])[..., 0])
+        weight = self.rate_into(z_t, a, torch.as_tensor(alpha_prime, dtype=dtype).expand(x0.shape)) / at_x
+        out = weight * (kl + torch.expm1(log_r) - log_r)
+        return torch.where(at_x > 0, out, torch.zeros_like(out))
+
+    def noise(self, clean, hit, *, generator=None, alpha=None):
+        """Hit units become the mask with probability t / (t + c_t), else a uniform token."""
+        u = _uniforms(clean, generator)
+        if alpha is None:
+            to_mask_p = torch.ones((), dtype=torch.float64, device=clean.device)
+        else:
+            a = torch.as_tensor(alpha, dtype=torch.float64, device=clean.device)
+            mass = self.noise_mass(a.reshape(*a.shape, *[1] * (clean.dim() - a.dim())), device=clean.device)
+            to_mask_p = mass[..., self.categories] / mass.sum(-1)
+        to_mask = u < to_mask_p
+        token = ((u - to_mask_p) / (1 - to_mask_p) * self.categories).long().clamp_(0, self.categories - 1)
+        draw = torch.where(to_mask, torch.full_like(token, self.categories), token)
+        return torch.where(hit, draw, clean)
+
+    def unrevealed(self, y):
+        """Every unit: a token state may be uniform noise."""
+        return torch.ones_like(y, dtype=torch.bool)
+
+
 def _uniforms(like: torch.Tensor, generator) -> torch.Tensor:
     """float64 U(0, 1) of ``like``'s shape; a list of generators draws row by row (one per row)."""
     if isinstance(generator, (list, tuple)):
@@ -463,7 +619,7 @@ def _uniforms(like: torch.Tensor, generator) -> torch.Tensor:
 
 
 PROCESSES: Registry[type[ForwardProcess]] = Registry("forward process")
-for _cls in (Absorbing, Uniform, Interpolating):
+for _cls in (Absorbing, Uniform, Interpolating, Hybrid):
     PROCESSES.register(_cls.name, _cls)
 
 
@@ -472,4 +628,4 @@ def make_process(name: str, categories: int, **options) -> ForwardProcess:
     return PROCESSES.get(name)(categories, **options)
 
 
-__all__ = ["Absorbing", "ForwardProcess", "Interpolating", "PROCESSES", "Uniform", "make_process"]
+__all__ = ["Absorbing", "ForwardProcess", "Hybrid", "Interpolating", "PROCESSES", "Uniform", "make_process"]

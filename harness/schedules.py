@@ -210,6 +210,87 @@ class Polynomial(Schedule):
         return -torch.expm1(torch.log(a) / self.n)
 
 
+@dataclass(frozen=True)
+class Gidd(Schedule):
+    """GIDD's clock (von Ruette et al. 2025, ``HybridDiffusion`` in dvruette/gidd): with
+    c_t = B (t (1 - t))^(gamma / 2) and C_t = 1 + c_t,
+
+        alpha_t = (1 - t) / C_t,      1 - alpha_t = (t + c_t) / C_t,
+
+    the noise mass split t / C_t on the mask and c_t / C_t uniformly over the tokens
+    (:class:`harness.processes.Hybrid`). B = 2^gamma p_u / (1 - p_u), so that c_{1/2} = p_u / (1 - p_u),
+    with GIDD's floor: p_u at least e^-20 and log B at least -20 (p_u = 0 is then a masked model with
+    the linear clock, up to a uniform mass of order 1e-9). ``p_uniform`` is GIDD's ``p_uniform``,
+    ``gamma`` its ``gamma`` (1 in every GIDD run; alpha_t decreases for gamma in (0, 2]).
+    ``t_from_alpha`` inverts in closed form for gamma = 1 (a quadratic), by bisection otherwise."""
+
+    p_uniform: float = 0.0
+    gamma: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.p_uniform, (int, float)) and 0.0 <= self.p_uniform < 1.0):
+            raise PrimebenchError(
+                f"gidd: p_uniform must lie in [0, 1), got {self.p_uniform!r}", fix="use e.g. 'gidd:0.1'"
+            )
+        if not (isinstance(self.gamma, (int, float)) and 0.0 < self.gamma <= 2.0):
+            raise PrimebenchError(
+                f"gidd: gamma must lie in (0, 2] (alpha_t is then decreasing), got {self.gamma!r}",
+                fix="GIDD uses gamma = 1",
+            )
+
+    @property
+    def name(self) -> str:
+        p = f"gidd:{self.p_uniform!r}"
+        return p if self.gamma == 1.0 else f"{p},{self.gamma!r}"
+
+    @property
+    def log_b(self) -> float:
+        """log B, clipped below at -20 as GIDD does."""
+        p = max(math.exp(-20.0), float(self.p_uniform))
+        return max(-20.0, self.gamma * math.log(2.0) + math.log(p) - math.log1p(-p))
+
+    def mixing(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(c_t, c'_t) at tensor times t (0 < t < 1 for c'_t; c_t is 0 at both ends)."""
+        c = math.exp(self.log_b) * torch.pow(t * (1.0 - t), self.gamma / 2.0)
+        return c, (self.gamma / 2.0) * (1.0 - 2.0 * t) / (t * (1.0 - t)) * c
+
+    def _alpha(self, t):
+        c, _ = self.mixing(t)
+        return (1.0 - t) / (1.0 + c)
+
+    def _alpha_prime(self, t):
+        c, _ = self.mixing(t)
+        # c'_t at the ends is a limit: -inf at t = 0 (for gamma < 2), and (1 - t) c'_t -> 0 at t = 1
+        _, c_prime = self.mixing(t.clamp(torch.finfo(t.dtype).tiny, 1 - torch.finfo(t.dtype).eps))
+        return -1.0 / (1.0 + c) - (1.0 - t) * c_prime / (1.0 + c) ** 2
+
+    def _mask_prob(self, t):
+        c, _ = self.mixing(t)
+        return (t + c) / (1.0 + c)
+
+    def _weight(self, t):
+        return -self._alpha_prime(t) / self._mask_prob(t)
+
+    def _t_from_alpha(self, a):
+        if self.gamma == 1.0:
+            # alpha B sqrt(t (1 - t)) = 1 - t - alpha squared is a quadratic in t; its smaller root, in the
+            # form without cancellation: t = 2 (1 - alpha)^2 / (b + alpha B sqrt(4 alpha (1 - alpha) + (alpha B)^2))
+            x = a.to(torch.float64)
+            big = math.exp(self.log_b)
+            ab2 = (x * big) ** 2
+            b = 2 * (1 - x) + ab2
+            root = x * big * torch.sqrt((4 * x * (1 - x) + ab2).clamp_min(0))
+            return (2 * (1 - x) ** 2 / (b + root)).to(a.dtype)
+        lo, hi = torch.zeros_like(a, dtype=torch.float64), torch.ones_like(a, dtype=torch.float64)
+        target = a.to(torch.float64)
+        for _ in range(64):  # alpha_t decreases: keep alpha(lo) >= a >= alpha(hi)
+            mid = (lo + hi) / 2
+            above = self._alpha(mid) > target
+            lo, hi = torch.where(above, mid, lo), torch.where(above, hi, mid)
+        t = torch.where(target >= 1, 0.0, torch.where(target <= 0, 1.0, (lo + hi) / 2))  # the ends exactly
+        return t.to(a.dtype)
+
+
 ScheduleFactory = Callable[[str | None], Schedule]
 
 SCHEDULES: Registry[ScheduleFactory] = Registry("schedule")
@@ -243,13 +324,23 @@ def _polynomial(param: str | None) -> Schedule:
     return Polynomial() if n is None else Polynomial(n=n)
 
 
+def _gidd(param: str | None) -> Schedule:
+    if param is None:
+        return Gidd()
+    p_uniform, _, gamma = param.partition(",")
+    p = _parse_param("gidd", p_uniform.strip())
+    return Gidd(p_uniform=p) if not gamma.strip() else Gidd(p_uniform=p, gamma=_parse_param("gidd", gamma.strip()))
+
+
 SCHEDULES.register("linear", _linear)
 SCHEDULES.register("loglinear", _loglinear)
 SCHEDULES.register("polynomial", _polynomial)
+SCHEDULES.register("gidd", _gidd)
 
 
 def get_schedule(name_or_spec: str | Schedule) -> Schedule:
-    """Build a schedule from ``"linear"``, ``"loglinear"``, ``"loglinear:1e-3"``, ``"polynomial:3"``
+    """Build a schedule from ``"linear"``, ``"loglinear"``, ``"loglinear:1e-3"``, ``"polynomial:3"``,
+    ``"gidd:0.1"`` (GIDD's clock with p_u = 0.1; ``"gidd:0.1,1"`` names gamma too)
     (or return a :class:`Schedule` unchanged). Unknown names get a did-you-mean error."""
     if isinstance(name_or_spec, Schedule):
         return name_or_spec
@@ -262,4 +353,4 @@ def get_schedule(name_or_spec: str | Schedule) -> Schedule:
     return SCHEDULES.get(name.strip())(param.strip() or None)
 
 
-__all__ = ["Schedule", "Linear", "LogLinear", "Polynomial", "SCHEDULES", "get_schedule"]
+__all__ = ["Gidd", "Schedule", "Linear", "LogLinear", "Polynomial", "SCHEDULES", "get_schedule"]

@@ -64,6 +64,36 @@ from harness.cli.parsing import FiniteFloat
 @click.option(
     "--remask-alpha-on", type=FiniteFloat(0.0, 1.0), default=None, help="remdm loop: alpha_on [default: 0.9]."
 )
+@click.option(
+    "--correction-steps",
+    type=click.IntRange(1),
+    default=None,
+    help="--sampler self-correction: most correction steps after the posterior sampler [default: GIDD's 128].",
+)
+@click.option(
+    "--correction-temperature",
+    type=FiniteFloat(1e-3, 1e3),
+    default=None,
+    help="self-correction: temperature of the proposals [default: 0.1].",
+)
+@click.option(
+    "--correction-t0",
+    type=FiniteFloat(0.0, 1.0),
+    default=None,
+    help="self-correction: the time the denoiser is called at [default: 0.01].",
+)
+@click.option(
+    "--correction-patience",
+    type=click.IntRange(0),
+    default=None,
+    help="self-correction: steps without a better agreement before a row stops [default: 32].",
+)
+@click.option(
+    "--correction-tokens-per-step",
+    type=click.IntRange(1),
+    default=None,
+    help="self-correction: tokens replaced per step [default: 1].",
+)
 @carry_over_option()
 @ema_option()
 @click.option(

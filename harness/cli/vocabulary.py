@@ -23,8 +23,9 @@ VOCABULARY: dict[str, str] = {
     "--draw": "Ancestral and posterior steps: two-stage (reveal decision, or the posterior's part, in float64, "
     "then the token by inverse CDF; cost follows NFE) or joint (MDLM's draw over C + 1 outcomes, or the whole "
     "posterior, with --method; the reference). Recorded.",
-    "--sampler": "Sampler: ancestral, first-hitting, maskgit, remdm, posterior (uniform-state families), tweedie or "
-    "euler (SEDD's score samplers) or autoregressive [default: the family's].",
+    "--sampler": "Sampler: ancestral, first-hitting, maskgit, remdm, posterior (uniform-state families and GIDD), "
+    "self-correction (GIDD's, after the posterior steps), tweedie or euler (SEDD's score samplers) or "
+    "autoregressive [default: the family's].",
     "--time-sampler": "Time draw of the likelihood: t (MDLM's time draw) or n (exact mask count, weight N/n) "
     "[default: the family's].",
     "--ema": "Use the EMA weights (as MDLM does) or the raw ones. Recorded.",

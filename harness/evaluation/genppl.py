@@ -41,7 +41,8 @@ class GenPPLSettings:
     the ``ema`` weights; the ``references`` batches and ``mauve``. ``samples_file``: score that
     JSONL file's samples instead of drawing any (the sampler's settings then do not apply).
     ``remask_*``: ReMDM's settings for ``sampler="remdm"`` (:class:`harness.sampling.remdm.RemaskSettings`;
-    None: its defaults).
+    None: its defaults). ``correction_*``: GIDD's for ``sampler="self-correction"``
+    (:class:`harness.sampling.correction.CorrectionSettings`; None: its defaults).
     """
 
     sampler: str | None = None
@@ -69,6 +70,11 @@ class GenPPLSettings:
     remask_t_on: float | None = None
     remask_t_off: float | None = None
     remask_alpha_on: float | None = None
+    correction_steps: int | None = None
+    correction_temperature: float | None = None
+    correction_t0: float | None = None
+    correction_patience: int | None = None
+    correction_tokens_per_step: int | None = None
 
     def sampling(self) -> dict[str, Any]:
         """The keywords of :func:`harness.sampling.generate` these settings fix (``remask``: the ReMDM
@@ -79,7 +85,16 @@ class GenPPLSettings:
             for name in ("schedule", "eta", "t_on", "t_off", "alpha_on")
             if getattr(self, f"remask_{name}") is not None
         }
-        return {"sampler": self.sampler} | {k: getattr(self, k) for k in keys} | {"remask": remask or None}
+        correction = {
+            name: getattr(self, f"correction_{name}")
+            for name in ("steps", "temperature", "t0", "patience", "tokens_per_step")
+            if getattr(self, f"correction_{name}") is not None
+        }
+        return (
+            {"sampler": self.sampler}
+            | {k: getattr(self, k) for k in keys}
+            | {"remask": remask or None, "correction": correction or None}
+        )
 
 
 class Drawn(NamedTuple):

@@ -100,6 +100,7 @@ class MaskedDiffusion(ModelFamily):
         time_conditioning: bool = False,
         cond_dim: int = 64,
         extra_hparams: dict[str, Any] | None = None,
+        process_options: dict[str, Any] | None = None,
     ):
 
         shape = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
@@ -114,7 +115,7 @@ class MaskedDiffusion(ModelFamily):
         )
         self.time_conditioning = bool(time_conditioning)
         self.schedule = get_schedule(schedule)
-        self.process = make_process(self.forward_process, self.unit_base)
+        self.process = make_process(self.forward_process, self.unit_base, **(process_options or {}))
         self.mask_id = self.process.mask_id  # C for whole tokens, b for Prime's sub-tokens
         # parameters are created in this order (embedding, positions, backbone): seeds give the same weights
         embedding = self._embedding(d_model)

@@ -52,7 +52,7 @@ def _draw(process, y, log_p, alpha_t: float, alpha_s: float, settings: SamplerSe
     stay, theta, prior = process.posterior_parts(y, at_z, alpha_t, alpha_s)
     u = torch.rand(y.shape, dtype=torch.float64, device=y.device, generator=generator) * (stay + theta + prior)
     from_theta = (u >= stay) & (u < stay + theta)
-    y_next = process.noise(y, u >= stay + theta, generator=generator)
+    y_next = process.noise(y, u >= stay + theta, generator=generator, alpha=alpha_s)  # pi_s where pi moves
     if bool(from_theta.any()):
         probs = torch.exp(log_p[from_theta].to(settings.dtype))  # only the rows that draw a token
         y_next[from_theta] = sample_inverse_cdf(probs, dtype=settings.dtype, generator=generator)

@@ -17,6 +17,8 @@ Samplers (registry ``SAMPLERS``, did-you-mean on a typo):
                      loop) on the ancestral grid (:mod:`harness.sampling.remdm`);
 * ``posterior``      udlm (uniform and interpolating processes): T steps, every position redrawn
                      from q(x_s | x_t, x_theta) (:mod:`harness.sampling.posterior`);
+* ``self-correction`` gidd: the posterior sampler, then GIDD's self-correction steps at a small t
+                     (:mod:`harness.sampling.correction`);
 * ``tweedie``, ``euler`` sedd, sedd-uniform: SEDD's reverse-chain steps on concrete scores, then its
                      denoising step (:mod:`harness.sampling.scores`);
 * ``autoregressive`` arm: left to right from a prefix or BOS (:mod:`harness.sampling.autoregressive`).
@@ -50,6 +52,7 @@ from harness.sampling import ancestral, first_hitting
 from harness.sampling.autoregressive import run_autoregressive
 from harness.sampling.blocks import run_by_blocks
 from harness.sampling.categorical import METHODS, check_nucleus, check_temperature, parse_dtype
+from harness.sampling.correction import CorrectionSettings, run_self_correction
 from harness.sampling.maskgit import run_maskgit
 from harness.sampling.posterior import run_posterior
 from harness.sampling.remdm import RemaskSettings, run_remdm
@@ -113,7 +116,17 @@ for _spec in (
         True,
         run_posterior,
         "T steps, every position redrawn from q(x_s | x_t, x_theta) (uniform and interpolating processes)",
-        processes=("uniform", "interpolating"),
+        processes=("uniform", "interpolating", "hybrid"),
+        on_grid=True,
+        draw_choice=True,
+    ),
+    SamplerSpec(
+        "self-correction",
+        True,
+        run_self_correction,
+        "the posterior sampler's T steps, then GIDD's self-correction: the most confident disagreeing "
+        "token replaced, one step at a time, at a fixed small t",
+        processes=("uniform", "interpolating", "hybrid"),
         on_grid=True,
         draw_choice=True,
     ),
@@ -292,6 +305,16 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
         if isinstance(remask, dict):
             remask = RemaskSettings(**remask)
         remask = (remask or RemaskSettings()).checked()
+    correction = knobs["correction"]
+    if correction is not None and spec.name != "self-correction":
+        raise PrimebenchError(
+            f"self-correction settings apply to the self-correction sampler, not {spec.name!r}",
+            fix="pass sampler='self-correction' (--sampler self-correction) or drop them",
+        )
+    if spec.name == "self-correction":
+        if isinstance(correction, dict):
+            correction = CorrectionSettings(**correction)
+        correction = (correction or CorrectionSettings()).checked()
     return SamplerSettings(
         steps=steps,
         temperature=temperature,
@@ -305,6 +328,7 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
         draw=draw,
         seq_len=L,
         remask=remask,
+        correction=correction,
     )
 
 
@@ -388,6 +412,7 @@ def _protocol(model, spec: SamplerSpec, settings: SamplerSettings, run: dict[str
         "seeded": run["seeded"],
         "device": str(model.device),
         "remask": settings.remask.protocol() if settings.remask is not None else None,
+        "correction": settings.correction.protocol() if settings.correction is not None else None,
     }
     if model.sampling_block_size and spec.name != "autoregressive":
         protocol["block_size"] = int(model.sampling_block_size)  # steps, NFE and idle steps are per block, summed
@@ -415,6 +440,7 @@ def generate(
     draw: str = "two-stage",
     seq_len: int | None = None,
     remask: RemaskSettings | dict | None = None,
+    correction: CorrectionSettings | dict | None = None,
 ) -> SampleOutput:
     """Draw ``num_samples`` sequences of ``seq_len`` tokens (default the model's length L), in batches
     of ``batch_size``.
@@ -441,7 +467,9 @@ def generate(
     whole posterior for the posterior sampler; the reference for audits). ``seq_len``: a shorter
     canvas than the model's (the model is not changed). ``remask``: ReMDM's settings for the
     ``remdm`` sampler (a :class:`~harness.sampling.remdm.RemaskSettings` or its fields as a dict;
-    None: the cap schedule at ReMDM's eta), refused for any other sampler.
+    None: the cap schedule at ReMDM's eta), refused for any other sampler. ``correction``: GIDD's
+    settings for the ``self-correction`` sampler (a :class:`~harness.sampling.correction.CorrectionSettings`
+    or its fields as a dict; None: GIDD's defaults), refused for any other sampler.
     The last partial batch is sampled too; ``wall_s`` is per sample (batch time / batch size).
 
     Returns a :class:`~harness.sampling.settings.SampleOutput`: ``tokens`` (num_samples, L) ids in
@@ -454,6 +482,7 @@ def generate(
     knobs = dict(steps=steps, temperature=temperature, nucleus_p=nucleus_p, nucleus_rule=nucleus_rule, dtype=dtype)
     knobs |= dict(method=method, noise_removal=noise_removal, cache=cache, t_end=t_end, draw=draw, seq_len=seq_len)
     knobs["remask"] = remask
+    knobs["correction"] = correction
     settings = _settings(model, spec, knobs)
     prefix = _check_prefix(model, prefix, bos_id, spec, num_samples, settings.seq_len)
     check_inference_fits(

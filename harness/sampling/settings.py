@@ -52,6 +52,9 @@ class SamplerSettings:
     seq_len: int | None = None
     #: ReMDM's remasking settings (:class:`harness.sampling.remdm.RemaskSettings`, checked), remdm only
     remask: Any = None
+    #: GIDD's self-correction settings (:class:`harness.sampling.correction.CorrectionSettings`,
+    #: checked), self-correction only
+    correction: Any = None
 
 
 @dataclass

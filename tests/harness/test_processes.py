@@ -14,17 +14,17 @@ import torch.nn.functional as F
 
 from harness import diffusion
 from harness.errors import InputError, PrimebenchError
-from harness.processes import PROCESSES, Absorbing, ForwardProcess, Interpolating, Uniform, make_process
+from harness.processes import PROCESSES, Absorbing, ForwardProcess, Hybrid, Interpolating, Uniform, make_process
 from harness.schedules import get_schedule
 
 C = 4
-PROCESS_CASES = [Absorbing(C), Uniform(C), Interpolating(C, 0.3)]
+PROCESS_CASES = [Absorbing(C), Uniform(C), Interpolating(C, 0.3), Hybrid(C, 0.3)]
 IDS = [p.name for p in PROCESS_CASES]
 F64 = torch.float64
 
 
 def test_registry_and_facts():
-    assert PROCESSES.names() == ["absorbing", "interpolating", "uniform"]
+    assert PROCESSES.names() == ["absorbing", "hybrid", "interpolating", "uniform"]
     assert make_process("absorbing", 7) == Absorbing(7) and Absorbing(7).mask_id == 7 and Absorbing(7).states == 8
     assert Uniform(7).mask_id is None and Uniform(7).states == 7
     assert make_process("interpolating", 5, mask_weight=0.25).describe()["mask_weight"] == 0.25
@@ -82,7 +82,8 @@ def test_posterior_parts_make_the_posterior(process: ForwardProcess):
     at_z = torch.cat([probs.diagonal()[: min(C, process.states)], torch.zeros(process.states - C, dtype=F64)])
     stay, theta, prior = process.posterior_parts(z, at_z, a_t, a_s)
     x = F.pad(probs, (0, process.states - C))
-    mix = stay[:, None] * torch.eye(process.states, dtype=F64) + theta[:, None] * x + prior[:, None] * process.prior()
+    pi_s = process.prior(alpha=a_s)  # the law the noise part is redrawn from (pi_s when pi moves)
+    mix = stay[:, None] * torch.eye(process.states, dtype=F64) + theta[:, None] * x + prior[:, None] * pi_s
     assert torch.allclose(mix / mix.sum(-1, keepdim=True), process.posterior(z, probs, a_t, a_s))
     q_t = process.marginal(probs, torch.tensor(a_t, dtype=F64)).gather(-1, z[:, None])[:, 0]
     assert torch.allclose(stay + theta + prior, q_t)
@@ -285,6 +286,10 @@ def test_scores_and_denoisers_are_each_others_inverse(process: ForwardProcess):
     assert torch.allclose(got, want, atol=1e-10), (got - want).abs().max()
     # Tweedie's step on a denoiser's scores is the posterior step, exactly
     alpha_s = torch.tensor(0.6, dtype=F64)
+    if process.moving_prior:  # SEDD's steps assume a fixed redraw law: refused, not silently wrong
+        with pytest.raises(InputError, match="posterior sampler"):
+            process.tweedie_probs(log_s, z, alpha, alpha_s)
+        return
     tw = process.tweedie_probs(log_s, z, alpha, alpha_s)
     assert torch.allclose(tw / tw.sum(-1, keepdim=True), process.posterior(z, x_theta, alpha, alpha_s), atol=1e-12)
 

@@ -11,6 +11,7 @@ from harness.errors import PrimebenchError
 from harness.schedules import SCHEDULES, Linear, LogLinear, Polynomial, get_schedule
 
 SPECS = ["linear", "loglinear", "loglinear:0.01", "polynomial:3", "polynomial:1", "polynomial:1.5"]
+SPECS += ["gidd:0.0", "gidd:0.1", "gidd:0.5", "gidd:0.2,0.5", "gidd:0.2,2"]  # GIDD's clock (bisection off gamma 1)
 T_INNER = torch.linspace(0.02, 0.98, 49, dtype=torch.float64)
 
 
@@ -91,7 +92,8 @@ def test_get_schedule_specs_and_errors():
     assert get_schedule("loglinear").name == "loglinear" and get_schedule("loglinear:0.01").eps == 0.01
     sched = Linear()
     assert get_schedule(sched) is sched
-    assert set(SCHEDULES.names()) == {"linear", "loglinear", "polynomial"}
+    assert set(SCHEDULES.names()) == {"gidd", "linear", "loglinear", "polynomial"}
+    assert get_schedule("gidd:0.1").name == "gidd:0.1" and get_schedule("gidd:0.1,0.5").gamma == 0.5
     with pytest.raises(PrimebenchError, match="polynomial"):
         get_schedule("polinomial:3")
     for bad in ["linear:2", "polynomial:abc", "polynomial:-1", "loglinear:1.5"]:
