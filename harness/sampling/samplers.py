@@ -35,6 +35,7 @@ afterwards) and nothing records gradients.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -269,6 +270,25 @@ def _canvas(model, seq_len) -> int:
     return seq_len
 
 
+def _own_settings(value, cls, spec: SamplerSpec, owner: str, what: str):
+    """The checked settings of the one sampler that has them (``owner``): ``value`` as ``cls`` (or its
+    fields as a dict; None: the defaults); refused for any other sampler, None there."""
+    if spec.name != owner:
+        if value is not None:
+            raise PrimebenchError(
+                f"{what} settings apply to the {owner} sampler, not {spec.name!r}",
+                fix=f"pass sampler='{owner}' (--sampler {owner}) or drop them",
+            )
+        return None
+    if isinstance(value, dict):
+        try:
+            value = cls(**value)
+        except TypeError:
+            names = ", ".join(f.name for f in dataclasses.fields(cls))
+            raise PrimebenchError(f"unknown {what} setting in {sorted(value)}", fix=f"use {names}") from None
+    return (value or cls()).checked()
+
+
 def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSettings:
     """The checked :class:`SamplerSettings` of :func:`generate`'s sampling keywords ``knobs``."""
     steps, draw, L = knobs["steps"], knobs["draw"], _canvas(model, knobs["seq_len"])
@@ -295,26 +315,8 @@ def _settings(model, spec: SamplerSpec, knobs: dict[str, Any]) -> SamplerSetting
         raise PrimebenchError(f"unknown draw {draw!r}", fix=f"use one of {', '.join(DRAWS)}")
     if cache is None:  # the two-stage draw's cache is exact for every network
         cache = draw == "two-stage" or not bool(model.time_conditioning)
-    remask = knobs["remask"]
-    if remask is not None and spec.name != "remdm":
-        raise PrimebenchError(
-            f"remasking settings apply to the remdm sampler, not {spec.name!r}",
-            fix="pass sampler='remdm' (--sampler remdm) or drop them",
-        )
-    if spec.name == "remdm":
-        if isinstance(remask, dict):
-            remask = RemaskSettings(**remask)
-        remask = (remask or RemaskSettings()).checked()
-    correction = knobs["correction"]
-    if correction is not None and spec.name != "self-correction":
-        raise PrimebenchError(
-            f"self-correction settings apply to the self-correction sampler, not {spec.name!r}",
-            fix="pass sampler='self-correction' (--sampler self-correction) or drop them",
-        )
-    if spec.name == "self-correction":
-        if isinstance(correction, dict):
-            correction = CorrectionSettings(**correction)
-        correction = (correction or CorrectionSettings()).checked()
+    remask = _own_settings(knobs["remask"], RemaskSettings, spec, "remdm", "remasking")
+    correction = _own_settings(knobs["correction"], CorrectionSettings, spec, "self-correction", "self-correction")
     return SamplerSettings(
         steps=steps,
         temperature=temperature,

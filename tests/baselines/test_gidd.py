@@ -249,6 +249,8 @@ def test_self_correction_sampler_records_its_settings(model):
         generate(model, "posterior", num_samples=1, steps=2, correction={"steps": 5})
     with pytest.raises(PrimebenchError, match="t0"):
         generate(model, "self-correction", num_samples=1, steps=2, correction={"t0": 1.5})
+    with pytest.raises(PrimebenchError, match="unknown self-correction setting"):
+        generate(model, "self-correction", num_samples=1, steps=2, correction={"stepz": 3})
     from harness.evaluation.genppl import GenPPLSettings
 
     keys = GenPPLSettings(sampler="self-correction", correction_steps=7, correction_t0=0.05).sampling()
