@@ -58,6 +58,7 @@ import torch.nn.functional as F
 
 from harness.errors import InputError
 from harness.registry import Registry
+from harness.schedules import Gidd
 
 
 class ForwardProcess(abc.ABC):
@@ -502,8 +503,6 @@ class Hybrid(ForwardProcess):
     about = "GIDD's moving mixture: uniform over the C categories early, the mask state at t = 1"
 
     def __init__(self, categories: int, p_uniform: float = 0.0, gamma: float = 1.0):
-        from harness.schedules import Gidd
-
         super().__init__(categories)
         self.clock = Gidd(p_uniform=p_uniform, gamma=gamma)
 
