@@ -432,6 +432,7 @@ def test_errors_name_the_problem():
         "maskgit",
         "remdm",
         "posterior",
+        "self-correction",
         "autoregressive",
         "tweedie",
         "euler",
