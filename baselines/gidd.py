@@ -33,7 +33,7 @@ from typing import Any
 from baselines.udlm import UDLM, UDLMConfig
 from harness.errors import ConfigError, PrimebenchError
 from harness.models import MODELS
-from harness.models.base import Estimator, ModelFamily
+from harness.models.base import Estimator
 from harness.schedules import Gidd
 
 
@@ -102,9 +102,7 @@ class GIDD(UDLM):
     def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
         """No release layout loads into GIDD yet: refused as for any family without one (UDLM's
         builder would read C ids where GIDD reads C + 1)."""
-        return ModelFamily.load_transfer.__func__(
-            cls, state, shape=shape, section=section, doc=doc, where=where, common=common
-        )
+        return super(UDLM, cls).load_transfer(state, shape=shape, section=section, doc=doc, where=where, common=common)
 
 
 MODELS.register("gidd", GIDD)

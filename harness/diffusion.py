@@ -169,8 +169,19 @@ def corrupt(
         t = None
     else:
         check_time_sampler(sampler)
-    alpha = None if t is None or not process.moving_prior else schedule.alpha(t)  # the redraw law at t
-    return process.noise(clean, masked, generator=generator, alpha=alpha), masked, weight, t
+    return (
+        _redraw(process, clean, masked, generator, None if t is None else lambda: schedule.alpha(t)),
+        masked,
+        weight,
+        t,
+    )
+
+
+def _redraw(process: ForwardProcess, clean, masked, generator, alpha_of) -> torch.Tensor:
+    """``clean`` with the ``masked`` units redrawn; a process whose redraw law moves with time also gets
+    the alpha of each row or unit (``alpha_of()``, None for the mask-count draw: then t = 1)."""
+    alpha = alpha_of() if process.moving_prior and alpha_of is not None else None
+    return process.noise(clean, masked, generator=generator, alpha=alpha)
 
 
 def _count_needs_absorbing(process: ForwardProcess) -> None:
@@ -247,8 +258,8 @@ def corrupt_blocks(
         weight = torch.where(n_units > 0, n_units.double() / n.clamp_min(1).double(), 0.0).reshape(B, blocks)
     else:
         check_time_sampler(sampler)
-    alpha = None if t is None or not process.moving_prior else schedule.alpha(t)  # the redraw law at t
-    return process.noise(clean, masked, generator=generator, alpha=alpha), masked, weight, t
+    alpha_of = None if t is None else lambda: schedule.alpha(t)[:, ids]  # each position at its block's time
+    return _redraw(process, clean, masked, generator, alpha_of), masked, weight, t
 
 
 def summarize_samples(estimates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -516,12 +516,21 @@ class Hybrid(ForwardProcess):
         """float64 t with alpha_t = ``alpha`` on GIDD's clock."""
         return self.clock.t_from_alpha(torch.as_tensor(alpha, dtype=torch.float64))
 
-    def noise_mass(self, alpha, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
-        """(..., V) (beta pi)_t: t / C_t on the mask, c_t / (C C_t) on each token; sums to 1 - alpha."""
+    def _masses(self, alpha, *, dtype: torch.dtype = torch.float64, device=None):
+        """(per token, on the mask), each of alpha's shape: (beta pi)_t's two values, c_t / (C C_t) and t / C_t."""
         t = self.times(alpha).to(dtype=dtype, device=device)
         c, _ = self.clock.mixing(t)
-        per_token = (c / (self.categories * (1 + c)))[..., None].expand(*t.shape, self.categories)
-        return torch.cat([per_token, (t / (1 + c))[..., None]], dim=-1)
+        return c / (self.categories * (1 + c)), t / (1 + c)
+
+    def _mass_at(self, z: torch.Tensor, alpha, dtype: torch.dtype) -> torch.Tensor:
+        """(...) (beta pi)_t(z) at states ``z`` (``alpha`` broadcasts against them), without forming (..., V)."""
+        token, mask = self._masses(alpha, dtype=dtype, device=z.device)
+        return torch.where(z == self.categories, mask, token)
+
+    def noise_mass(self, alpha, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        """(..., V) (beta pi)_t: t / C_t on the mask, c_t / (C C_t) on each token; sums to 1 - alpha."""
+        token, mask = self._masses(alpha, dtype=dtype, device=device)
+        return torch.cat([token[..., None].expand(*token.shape, self.categories), mask[..., None]], dim=-1)
 
     def prior(self, *, dtype: torch.dtype = torch.float64, device=None, alpha=None) -> torch.Tensor:
         """(V,) pi_1 (the mask); with ``alpha``, pi_t at that time (..., V)."""
@@ -541,10 +550,7 @@ class Hybrid(ForwardProcess):
         """(...) the noise part of q(x_t = z | x_s): (beta pi)_t(z) - (alpha_t / alpha_s)(beta pi)_s(z)."""
         a_t = torch.as_tensor(alpha_t, dtype=dtype, device=z.device)
         a_s = torch.as_tensor(alpha_s, dtype=dtype, device=z.device)
-        t_mass = self.noise_mass(a_t, dtype=dtype, device=z.device).expand(*z.shape, self.states)
-        s_mass = self.noise_mass(a_s, dtype=dtype, device=z.device).expand(*z.shape, self.states)
-        at = (t_mass - (a_t / a_s)[..., None] * s_mass).gather(-1, z[..., None])[..., 0]
-        return at.clamp_min(0)
+        return (self._mass_at(z, a_t, dtype) - a_t / a_s * self._mass_at(z, a_s, dtype)).clamp_min(0)
 
     def transition(self, z, alpha_t, alpha_s, *, dtype=torch.float64):
         r = (torch.as_tensor(alpha_t, dtype=dtype, device=z.device) / alpha_s)[..., None]
@@ -553,7 +559,7 @@ class Hybrid(ForwardProcess):
     def posterior_parts(self, z_t, x0_at_z, alpha_t, alpha_s):
         """The three parts, with the noise part drawn from pi_s (pass ``alpha=alpha_s`` to :meth:`noise`)."""
         dtype = torch.float64
-        s_mass = self.noise_mass(alpha_s, dtype=dtype, device=z_t.device)[z_t]
+        s_mass = self._mass_at(z_t, alpha_s, dtype)
         moved = self._moved(z_t, alpha_t, alpha_s, dtype)
         stay = alpha_t / alpha_s * (alpha_s * x0_at_z.to(dtype) + s_mass)
         return stay, moved * alpha_s, moved * (1 - alpha_s)
@@ -596,8 +602,8 @@ class Hybrid(ForwardProcess):
             to_mask_p = torch.ones((), dtype=torch.float64, device=clean.device)
         else:
             a = torch.as_tensor(alpha, dtype=torch.float64, device=clean.device)
-            mass = self.noise_mass(a.reshape(*a.shape, *[1] * (clean.dim() - a.dim())), device=clean.device)
-            to_mask_p = mass[..., self.categories] / mass.sum(-1)
+            token, mask = self._masses(a.reshape(*a.shape, *[1] * (clean.dim() - a.dim())), device=clean.device)
+            to_mask_p = mask / (mask + self.categories * token)
         to_mask = u < to_mask_p
         token = ((u - to_mask_p) / (1 - to_mask_p) * self.categories).long().clamp_(0, self.categories - 1)
         draw = torch.where(to_mask, torch.full_like(token, self.categories), token)

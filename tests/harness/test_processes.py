@@ -216,6 +216,15 @@ def test_corrupt_with_each_process():
     assert bool((zu[hit] != x0[hit]).any())
     with pytest.raises(InputError, match="absorbing"):
         diffusion.corrupt(x0, u, valid, sampler="n", schedule=sched, process=Uniform(C), generator=g())
+    # a redraw law that moves with time is drawn at each block's own time (GIDD's process in blocks)
+    hybrid, clock = Hybrid(C, 0.3), get_schedule("gidd:0.3")
+    ub = torch.tensor([[0.1, 0.99]], dtype=F64).expand(64, 2)
+    zb, hit_b, _, tb = diffusion.corrupt_blocks(
+        x0, ub, valid, block_size=8, sampler="t", schedule=clock, process=hybrid, generator=g()
+    )
+    masks = (zb == C) & hit_b
+    # the late block (t ~ 0.99) redraws mostly to the mask, the early one (t ~ 0.1) mostly to tokens
+    assert masks[:, 8:].sum() / hit_b[:, 8:].sum() > 0.8 > 0.5 > masks[:, :8].sum() / hit_b[:, :8].sum().clamp_min(1)
 
 
 @pytest.mark.parametrize("process", PROCESS_CASES, ids=IDS)
