@@ -22,7 +22,9 @@ with time.
   ``GiddSampler`` step, its ``beta_pi_ts`` being the process's moving noise part), then the masks
   left at t_end filled by ``noise_removal``.
 
-The likelihood it reports is a bound.
+The likelihood it reports is a bound. Its release layout is ``gidd-hf:``
+(:mod:`harness.models.gidd_import`, ``dvruette/gidd-*``); a folder written by ``primebench import``
+holds a ``gidd`` section and loads back as this family.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from baselines.udlm import UDLM, UDLMConfig
-from harness.errors import ConfigError, PrimebenchError
+from harness.errors import CheckpointError, ConfigError, PrimebenchError
 from harness.models import MODELS
 from harness.models.base import Estimator
+from harness.models.gidd_import import build_gidd
 from harness.schedules import Gidd
 
 
@@ -65,7 +68,7 @@ class GIDD(UDLM):
     estimators = (ELBO,)
     samplers = ("posterior", "self-correction")
     token_convention = "all L positions of each row are scored, BOS/EOS included (GIDD's ELBO, token mean)"
-    release_formats = ()
+    release_formats = ("gidd-hf:",)
 
     def __init__(self, *, p_uniform: float = 0.1, gamma: float = 1.0, schedule: str = "gidd", **kwargs):
         try:
@@ -100,9 +103,24 @@ class GIDD(UDLM):
 
     @classmethod
     def load_transfer(cls, state: dict, *, shape: dict, section: Any, doc: dict, where: str, common: dict[str, Any]):
-        """No release layout loads into GIDD yet: refused as for any family without one (UDLM's
-        builder would read C ids where GIDD reads C + 1)."""
-        return super(UDLM, cls).load_transfer(state, shape=shape, section=section, doc=doc, where=where, common=common)
+        """An imported folder's ``gidd`` section (``p_uniform``, ``gamma``) around its DiT, V = C + 1 ids."""
+        if not isinstance(section, dict) or not all(
+            isinstance(section.get(k), (int, float)) and not isinstance(section.get(k), bool)
+            for k in ("p_uniform", "gamma")
+        ):
+            raise CheckpointError(
+                f"{where}: the gidd section is {section!r}; it needs the numbers p_uniform and gamma",
+                fix="import the release again (primebench import gidd-hf:PATH --out NEW)",
+            )
+        kept = {k: v for k, v in common.items() if k != "time_conditioning"}
+        return build_gidd(
+            state,
+            shape=shape,
+            p_uniform=float(section["p_uniform"]),
+            gamma=float(section["gamma"]),
+            extra_keys=[],
+            **kept,
+        )
 
 
 MODELS.register("gidd", GIDD)

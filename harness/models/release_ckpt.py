@@ -336,20 +336,26 @@ def _check_saved_vocabulary(tokenizer, saved: str, *, chosen: str) -> None:
     """Refuse ``tokenizer`` when it maps a token of the checkpoint's own tokenizer to another id."""
     from tokenizers import Tokenizer as Backend  # deferred: only a release that pickled its tokenizer needs it
 
-    backend = getattr(tokenizer, "_backend", None)
-    if backend is None or not hasattr(backend, "get_vocab"):
-        return  # a byte-level tokenizer has no vocabulary to compare; its size was checked
     try:
         theirs = Backend.from_str(saved).get_vocab(with_added_tokens=True)
     except Exception:  # noqa: BLE001 - the tokenizers library raises a bare Exception for bad JSON
         return  # an unreadable saved tokenizer cannot be compared; the chosen one stands, as without it
+    check_same_vocabulary(tokenizer, theirs, chosen=chosen, other="the tokenizer saved in the checkpoint")
+
+
+def check_same_vocabulary(tokenizer, theirs: dict[str, int], *, chosen: str, other: str) -> None:
+    """Refuse ``tokenizer`` (described as ``chosen``) when it maps a token of ``theirs`` (token -> id,
+    the vocabulary of ``other``) to another id; a byte-level tokenizer, without a vocabulary to
+    compare, passes (its size was checked)."""
+    backend = getattr(tokenizer, "_backend", None)
+    if backend is None or not hasattr(backend, "get_vocab"):
+        return
     ours = backend.get_vocab()
     differ = sorted((i, tok) for tok, i in theirs.items() if ours.get(tok) != i)
     if differ:
         examples = ", ".join(f"{tok!r} (id {i})" for i, tok in differ[:3])
         raise CheckpointError(
-            f"{chosen} differs from the tokenizer saved in the checkpoint at {len(differ)} of "
-            f"{len(theirs)} tokens: {examples}",
+            f"{chosen} differs from {other} at {len(differ)} of {len(theirs)} tokens: {examples}",
             fix="pass the tokenizer the release was trained with (--tokenizer SPEC, or its "
             "tokenizer.json beside the checkpoint)",
         )
@@ -360,6 +366,7 @@ __all__ = [
     "OWN_FOLDER",
     "ReleaseCkpt",
     "build_release_family",
+    "check_same_vocabulary",
     "check_ckpt_prefix",
     "check_heads",
     "ckpt_prefix",
