@@ -19,11 +19,12 @@ def load(path, *, ema: bool = True, device: str = "cpu", tokenizer: str | None =
     # deferred: the CLI imports this package at start-up, which must not load torch
     from harness.checkpoint import load_checkpoint
     from harness.models.hf_causal import is_hf_source
+    from harness.models.hub import localize
     from harness.models.releases import format_of
     from harness.models.sources import check_source
     from harness.models.transfer import is_transfer_folder, load_transfer_folder
 
-    source = str(path)
+    source = localize(str(path))  # a release named on the hub (PREFIX ORG/NAME[@REV]): its cached files
     check_source(source)  # a prefix that does not fit the file or folder is named, with the right one
     fmt = format_of(source)  # the registry of release formats (harness.models.releases)
     if fmt is not None and is_hf_source(source):

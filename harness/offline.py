@@ -110,14 +110,25 @@ def hub_available(library: str = "datasets") -> bool:
     return not hf_offline(library) and hub_reachable()
 
 
+def hf_home() -> Path:
+    """The Hugging Face home folder, as the libraries read it now (``HF_HOME``, else
+    ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``)."""
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
+    return Path(home).expanduser()
+
+
+def hub_cache_dir() -> Path:
+    """The hub's file cache, as huggingface_hub reads it now (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
+    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home() / "hub"
+    return Path(cache).expanduser()
+
+
 def hf_cache_holds_datasets() -> bool:
     """Whether the Hugging Face caches hold any dataset (a ``datasets--*`` folder in the hub cache, or
     anything in the ``datasets`` cache): offline, only a cached dataset can load."""
 
-    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
-    home = home.expanduser()
-    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub").expanduser()
-    data = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    hub = hub_cache_dir()
+    data = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
     try:
         if hub.is_dir() and any(p.name.startswith("datasets--") for p in hub.iterdir()):
             return True

@@ -5,7 +5,8 @@ Schema ``primebench-record/1``::
     {
       "schema": "primebench-record/1",
       "evaluation": "ppl" | "genppl" | "zeroshot" | "precision" | "idle" | "bound" | "fid" | ...,
-      "model":  {"name", "family", "checkpoint", "checkpoint_sha256", "config"},
+      "model":  {"name", "family", "checkpoint", "checkpoint_sha256", "config",
+                 "hub": {"repo", "revision", "commit", "endpoint", "files": {PATH: sha256}}},  # hub names only
       "metrics": {NAME: {"value", "stderr", "kind", "units"}},   # kind: exact | bound | paper-objective | estimate
       "protocol": {...every setting that moves the number...},
       "provenance": {"seed", "packages", "git_revision", "device", "wall_s", "created", "command", "harness_version"}
@@ -34,6 +35,7 @@ import torch
 from harness.errors import NumericalError, PrimebenchError
 from harness.io import create_exclusive, file_sha256, read_json
 from harness.models import family_class
+from harness.models.hub import hub_provenance
 from harness.models.releases import format_of
 from harness.nll import KINDS
 
@@ -107,7 +109,11 @@ def model_block(
         folder = str(checkpoint)
 
         fmt = format_of(folder)
-        if fmt is not None:  # published sources: hash their weights file
+        hub = hub_provenance(folder)
+        if hub is not None:  # a release named on the hub: repository, revision, commit and file hashes
+            block["hub"] = {k: v for k, v in hub.items() if k != "local"}
+            folder = hub["local"] or folder
+        elif fmt is not None:  # published sources: hash their weights file
             folder = folder[len(fmt.prefix) :].partition("#")[0]
         weights = Path(folder) if Path(folder).is_file() else Path(folder) / "model.safetensors"
         block["checkpoint_sha256"] = file_sha256(weights) if weights.is_file() else None

@@ -114,10 +114,10 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harness.cli import audit, bench, data, models, reproduce, table, train, transfer
+    from harness.cli import audit, bench, data, models, prefetch, reproduce, table, train, transfer
     from harness.cli import eval as eval_cmd
 
-    for module in (train, eval_cmd, audit, table, data, models, reproduce, transfer, bench):
+    for module in (train, eval_cmd, audit, table, data, models, reproduce, transfer, prefetch, bench):
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -105,6 +105,8 @@ def run_paper(preset, dry_run, checkpoints, nproc, tflops, gpu, samples, steps, 
         mapping[name] = src
     planned = plan(preset, checkpoints=mapping, out=str(out), samples=samples, steps=steps)
     click.echo(describe(preset, planned, nproc=nproc, tflops=tflops, gpu=gpu))
+    if dry_run:
+        click.echo(cache_report(preset, mapping))
     if not dry_run:
         from harness.reproduce.report import write_preset_report
 
@@ -112,6 +114,21 @@ def run_paper(preset, dry_run, checkpoints, nproc, tflops, gpu, samples, steps, 
         path = write_preset_report(preset, Path(out) / f"paper-{preset}")
         click.echo(path.read_text())
         console().log(f"table (ours beside the published numbers) in {path}")
+
+
+def cache_report(preset: str, mapping: dict[str, str]) -> str:
+    """What the preset reads from the hub, and which of it the caches hold (checked without the network)."""
+    from harness.prefetch import missing
+    from harness.reproduce.paper import prefetch_targets
+
+    targets = prefetch_targets(preset, mapping)
+    if not targets:
+        return "cache: the preset reads nothing from the hub (its inputs are local files)"
+    lines = ["cache (checked offline; `primebench prefetch " + preset + "` fetches what is missing):"]
+    for target in targets:
+        why = missing(target)
+        lines.append(f"  {target}: " + ("cached" if why is None else f"MISSING ({why})"))
+    return "\n".join(lines)
 
 
 def _paper_command(preset: str, summary: str, sampling: bool = False):

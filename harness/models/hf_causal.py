@@ -63,12 +63,30 @@ def parse_hf_source(
         )
 
     if hf_offline("transformers") or not hub_reachable():
+        cached = None if gguf else _cached_model(body)
+        if cached is not None:  # fetched earlier (primebench prefetch hf:NAME): the cache's snapshot folder
+            return str(cached), None, cached
         raise OfflineError(
-            f"{label} is not a local folder and the Hugging Face hub is "
+            f"{label} is not a local folder, not in the Hugging Face cache, and the hub is "
             + ("switched off" if hf_offline("transformers") else "unreachable"),
-            fix=offline_fix or "download the model on a machine with network and pass its folder: hf:/path/to/model",
+            fix=(offline_fix or "download the model on a machine with network and pass its folder: hf:/path/to/model")
+            + f"; or run `primebench prefetch hf:{body}` where the hub can be reached",
         )
     return body, gguf or None, None
+
+
+def _cached_model(body: str) -> Path | None:
+    """The cached snapshot folder of the hub model ``body`` (``NAME[@REV]``), or None."""
+    # deferred: hub.py imports the release registry, which imports this module
+    from harness.models.hub import fetch, parse_hub_name
+
+    name = parse_hub_name(PREFIX + body)
+    if name is None:
+        return None
+    try:
+        return fetch(name, offline=True, partial=True).local
+    except PrimebenchError:
+        return None
 
 
 def load_hf_causal(

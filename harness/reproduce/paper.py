@@ -31,6 +31,9 @@ OWT_DATA = "hf:Skylion007/openwebtext:train[:-100000] (train), train[-100000:] (
 #: BD3-LM's OWT release at the block size MDM-Prime's tables cite; its recipe fine-tunes an MDLM trained
 #: for 850K steps, so the plans import it (a folder of ours trained otherwise can be named instead)
 BD3LM_RELEASE = "bd3lm-hf:kuleshov-group/bd3lm-owt-block_size4"
+#: MDLM's OWT release, which the sampling presets evaluate unless a checkpoint is named, and their judge
+MDLM_RELEASE = "mdlm-hf:kuleshov-group/mdlm-owt"
+JUDGE = "hf:gpt2-large"
 ZEROSHOT_SETS = ("lambada", "wikitext2", "ptb", "lm1b", "ag_news", "pubmed", "arxiv")
 CIFAR_MODEL = dict(d_model=768, n_layers=12, n_heads=12, vocab=257, seq_len=3072)
 
@@ -56,6 +59,8 @@ class PaperPreset:
     reproduces: str
     needs: tuple[str, ...]  # what must be reachable or on disk (datasets, judges, weights)
     published: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    #: what ``primebench prefetch PRESET`` fetches: the targets its plan reads from the network
+    prefetch: tuple[str, ...] = ()
 
 
 def _params(d_model: int, n_layers: int, vocab: int, **_) -> float:
@@ -92,6 +97,7 @@ PRESETS: dict[str, PaperPreset] = {
             {"model": "MDM-Prime ell=4", "ppl": 15.62, "kind": "paper objective"},
             {"model": "MDM-Prime ell=4 (its README)", "ppl": 15.21, "kind": "paper objective"},
         ),
+        prefetch=("openwebtext", BD3LM_RELEASE),
     ),
     "zeroshot": PaperPreset(
         "zeroshot",
@@ -149,6 +155,7 @@ PRESETS: dict[str, PaperPreset] = {
                 "kind": "paper objective",
             },
         ),
+        prefetch=(*ZEROSHOT_SETS, BD3LM_RELEASE),
     ),
     "genppl": PaperPreset(
         "genppl",
@@ -162,6 +169,7 @@ PRESETS: dict[str, PaperPreset] = {
             {"model": "MDLM 2048 steps, 64-bit (Zheng Table 2)", "gen_ppl": 126.11, "entropy": 5.66},
             {"model": "MDLM 2048 steps, 32-bit (Zheng Table 2)", "gen_ppl": 31.24, "entropy": 5.17},
         ),
+        prefetch=(MDLM_RELEASE, JUDGE),
     ),
     "precision": PaperPreset(
         "precision",
@@ -176,6 +184,7 @@ PRESETS: dict[str, PaperPreset] = {
                 "entropy": "5.672 -> 5.611",
             },
         ),
+        prefetch=(MDLM_RELEASE, JUDGE),
     ),
     "cifar10-fid": PaperPreset(
         "cifar10-fid",
@@ -284,7 +293,7 @@ def _plan_text(
 def _mdlm_owt_source(checkpoints: dict[str, str], samples: int | None) -> tuple[float, int, str, int]:
     """What the MDLM-OWT sampling plans share: forward FLOPs per token, L, the checkpoint to sample
     (``checkpoints["mdlm"]``, taken out, else MDLM's OWT release) and the sample count (default 64)."""
-    src = checkpoints.pop("mdlm", None) or "mdlm-hf:kuleshov-group/mdlm-owt"
+    src = checkpoints.pop("mdlm", None) or MDLM_RELEASE
     return forward_flops_per_token(OWT_MODEL), OWT_MODEL["seq_len"], src, samples or 64
 
 
@@ -304,7 +313,7 @@ def _plan_genppl(
                     "genppl",
                     src,
                     "--judge",
-                    "hf:gpt2-large",
+                    JUDGE,
                     "--dtype",
                     "float64",
                     "--steps",
@@ -350,7 +359,7 @@ def _plan_precision(
                 "--method",
                 "mdlm-legacy",
                 "--judge",
-                "hf:gpt2-large",
+                JUDGE,
                 "--out",
                 f"{root}/records",
             ),
@@ -446,6 +455,13 @@ def plan(
             fix="name the models the preset trains (see --dry-run)",
         )
     return steps_out
+
+
+def prefetch_targets(preset: str, checkpoints: dict[str, str] | None = None) -> list[str]:
+    """What ``preset`` reads from the hub (``PaperPreset.prefetch``), less the releases that
+    ``checkpoints`` replaces (``bd3lm=SRC``, ``mdlm=SRC``)."""
+    replaced = {BD3LM_RELEASE: "bd3lm", MDLM_RELEASE: "mdlm"}
+    return [t for t in PRESETS[preset].prefetch if replaced.get(t) not in (checkpoints or {})]
 
 
 def describe(preset: str, steps: list[Step], *, nproc: int = 1, tflops: float | None = None, gpu: str = "GPU") -> str:

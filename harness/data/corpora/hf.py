@@ -1,7 +1,8 @@
 """``hf:NAME[:CONFIG]:SPLIT[#FIELD]``: a Hugging Face dataset.
 
-Loaded with ``datasets.load_dataset`` (needs the network or the HF cache; refused with
-:class:`~harness.errors.OfflineError` when ``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE`` is set). The
+Loaded with ``datasets.load_dataset`` (needs the network or the HF cache: with
+``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE`` set, the cache alone, and a dataset that is not there is
+refused with :class:`~harness.errors.OfflineError` naming ``primebench prefetch``). The
 corpus has one split, named ``SPLIT``. The text column is ``FIELD`` if given, else ``text``, else
 the first string column. Documents are kept as they are (no detokenizer).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from harness.data.corpora.base import CORPUS_KINDS, Corpus, make_corpus, split_hf_body
 from harness.errors import DataError, OfflineError
-from harness.offline import hf_offline, hub_reachable, hub_unreachable_reason, is_network_error
+from harness.offline import hf_offline, hub_reachable, hub_unreachable_reason, is_network_error, offline_mode
 
 
 @CORPUS_KINDS.register("hf")
@@ -24,12 +25,8 @@ def _load_hf(arg: str) -> Corpus:
         )
     name, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
     offline_fix = "connect to the network, or save the text locally and use text:PATH (.jsonl)"
-    if hf_offline():
-        raise OfflineError(
-            f"corpus 'hf:{arg}' needs the network (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set)",
-            fix=offline_fix,
-        )
-    if not hub_reachable():  # fail now rather than after the library's retries
+    offline = hf_offline()
+    if not offline and not hub_reachable():  # fail now rather than after the library's retries
         raise OfflineError(
             f"corpus 'hf:{arg}' needs the Hugging Face hub, which cannot be reached ({hub_unreachable_reason()})",
             fix=offline_fix + "; with a cached copy, set HF_DATASETS_OFFLINE=1",
@@ -40,8 +37,18 @@ def _load_hf(arg: str) -> Corpus:
     except ImportError as exc:
         raise DataError(f"corpus 'hf:{arg}' needs the datasets package", fix="pip install datasets") from exc
     try:
-        dataset = datasets.load_dataset(name, config, split=split)
+        if offline:  # the switches are on: the datasets cache alone (filled by `primebench prefetch`)
+            with offline_mode():
+                dataset = datasets.load_dataset(name, config, split=split)
+        else:
+            dataset = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # noqa: BLE001 - turned into a user-facing error either way
+        if offline:
+            raise OfflineError(
+                f"corpus 'hf:{arg}' is not in the datasets cache, and reading the hub needs the network "
+                "(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set)",
+                fix=f"run `primebench prefetch hf:{arg}` where the hub can be reached; or {offline_fix}",
+            ) from None
         if is_network_error(exc):
             raise OfflineError(f"corpus 'hf:{arg}' could not be downloaded: {exc}", fix=offline_fix) from exc
         raise DataError(
