@@ -273,7 +273,7 @@ def localize(source: str) -> str:
     name = parse_hub_name(source)
     if name is None:
         return source
-    got = _RESOLVED[str(name)] = fetch(name)
+    got = _RESOLVED[str(name)] = fetch(name, partial=name.layout == "transformers")
     return got.source
 
 

@@ -214,3 +214,22 @@ def test_prefetch_refuses_unknown_targets_and_offline_mode(online, monkeypatch):
     go_offline(monkeypatch)
     res = CliRunner().invoke(main, ["prefetch", f"mdlm-hf:{MDLM}"])
     assert res.exit_code == 2 and "HF_HUB_OFFLINE" in res.output
+
+
+def test_an_hf_model_prefetched_runs_offline_as_a_model_and_as_a_judge(online, monkeypatch, tmp_path):
+    from tests.harness.models.test_hf_causal import write_tiny_gpt2
+
+    folder = write_tiny_gpt2(tmp_path / "tiny-gpt2")
+    online.repo("org/tiny-gpt2").commit_folder(folder)
+    res = CliRunner().invoke(main, ["prefetch", "hf:org/tiny-gpt2"])
+    assert res.exit_code == 0, res.output
+    assert "config.json" in res.output and "model.safetensors" in res.output and "tokenizer.json" in res.output
+    go_offline(monkeypatch)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    model, tok, _ = harness.load("hf:org/tiny-gpt2")
+    assert model.family == "arm" and tok.encode("Hello world") == [15496, 995]
+    from harness.judges import check_judge_spec
+
+    assert check_judge_spec("hf:org/tiny-gpt2") == "folder"  # served from the cache's snapshot folder
+    with pytest.raises(OfflineError, match="prefetch hf:org/other"):
+        harness.load("hf:org/other")
