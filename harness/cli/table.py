@@ -145,4 +145,33 @@ def _table_path(out, layout: str, fmt: str):
     return out / f"{layout}{_SUFFIX[fmt]}"
 
 
-COMMANDS = [table_cmd]
+@click.command("report")
+@click.argument("records", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "--html",
+    "html_out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The page to write: one self-contained HTML file (no server, no network).",
+)
+@click.option("--title", default=None, help="The page's title [default: the job's name, or 'primebench records'].")
+def report_cmd(records, html_out, title):
+    """Write RECORDS (record files, folders of them, or one folder a reproduce job wrote) as one static HTML
+    page: every table with its legend of kinds, the plots, and each record's protocol and provenance a click
+    away, filterable by family and dataset.
+
+    A folder written by `reproduce small` or `reproduce quickstart` (tables.md beside records/) gets the
+    same tables as its tables.md and its PNG plots; other records get one table per evaluation."""
+    from harness.logging import console
+    from harness.reproduce.report.html import write_html_report
+
+    def warn(path, exc) -> None:
+        click.echo(f"warning: skipped {str(path)!r}: {exc.problem}", err=True)
+
+    html_out.parent.mkdir(parents=True, exist_ok=True)
+    path = write_html_report(list(records), html_out, title=title, skip=warn)
+    console().log(f"wrote {path}")
+    click.echo(str(path))
+
+
+COMMANDS = [table_cmd, report_cmd]

@@ -7,7 +7,7 @@ from pathlib import Path
 from harness.audit.precision import plot_record
 from harness.io import atomic_write_text
 from harness.reproduce.report.plots import plot_genppl, plot_nll, plot_training
-from harness.reproduce.report.sections import Section, sections_markdown
+from harness.reproduce.report.sections import Section, sections_html, sections_markdown
 from harness.views.gumbel import render_gumbel
 from harness.views.idle import render_idle
 
@@ -41,8 +41,9 @@ def quickstart_sections(result) -> list[Section]:
 
 
 def write_report(result) -> list[Path]:
-    """Write ``tables.md`` and the PNG plots (``ppl``, ``genppl``, ``precision`` and, when a checkpoint has
-    a training log, ``training``) of a quickstart run into ``result.out``, next to its records.
+    """Write ``tables.md``, the PNG plots (``ppl``, ``genppl``, ``precision`` and, when a checkpoint has
+    a training log, ``training``) and ``report.html`` (the same tables and plots as one page) of a
+    quickstart run into ``result.out``, next to its records.
 
     ``result``: the run's :class:`harness.reproduce.quickstart.QuickstartRecords`. Returns the paths written."""
 
@@ -52,16 +53,15 @@ def write_report(result) -> list[Path]:
         "`<=` marks a valid upper bound, `†` Prime's paper objective (not a bound), `~` an estimate; "
         "`±` is one standard error."
     )
-    paths = [
-        atomic_write_text(
-            out / "tables.md",
-            sections_markdown("primebench reproduce quickstart", quickstart_sections(result), preamble),
-        )
-    ]
+    sections = quickstart_sections(result)
+    markdown = sections_markdown("primebench reproduce quickstart", sections, preamble)
+    paths = [atomic_write_text(out / "tables.md", markdown)]
     paths.append(plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"))
     paths.append(plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float32 vs float64"))
     paths.append(plot_record(result.precision, out / "precision.png"))
     training = plot_training(
         result.ppl, out / "training.png", title="Validation loss during training, against the unigram reference"
     )
-    return paths + ([training] if training else [])
+    paths += [training] if training else []
+    page = sections_html(f"primebench reproduce quickstart ({out.name})", sections, preamble, sorted(out.glob("*.png")))
+    return paths + [atomic_write_text(out / "report.html", page)]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.logging import capture_stdout, stdout_console
 from harness.views import build_table, render, to_rich
+from harness.views.html import HtmlSection, page_html
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,18 @@ def print_sections(sections: Sequence[Section]) -> None:
             screen.print(to_rich(build_table(list(s.records), s.layout)))
 
 
+def _body(s: Section):
+    """A section's table (a prebuilt one, or its layout over its records), or the text its view prints."""
+    if s.table is not None:
+        return s.table, None
+    if s.view is not None:
+        with capture_stdout() as screen:
+            for record in s.records:
+                s.view(record)
+        return None, "\n".join(line.rstrip() for line in screen.export_text().splitlines()).strip()
+    return build_table(list(s.records), s.layout), None
+
+
 def sections_markdown(title: str, sections: Sequence[Section], preamble: str = "") -> str:
     """The sections as one Markdown document (returned as a string): ``# title``, then ``preamble``, then
     a heading per section with records: its note, then a Markdown table for a layout or a prebuilt table,
@@ -56,14 +70,22 @@ def sections_markdown(title: str, sections: Sequence[Section], preamble: str = "
         parts.append(f"## {s.title}\n")
         if s.note:
             parts.append(s.note.rstrip() + "\n")
-        if s.table is not None:
-            parts.append(render(s.table, "md").rstrip() + "\n")
-        elif s.view is not None:
-            with capture_stdout() as screen:
-                for record in s.records:
-                    s.view(record)
-            text = "\n".join(line.rstrip() for line in screen.export_text().splitlines())
-            parts.append(f"```\n{text.strip()}\n```\n")
+        table, text = _body(s)
+        if table is not None:
+            parts.append(render(table, "md").rstrip() + "\n")
         else:
-            parts.append(render(build_table(list(s.records), s.layout), "md").rstrip() + "\n")
+            parts.append(f"```\n{text}\n```\n")
     return "\n".join(parts)
+
+
+def sections_html(title: str, sections: Sequence[Section], preamble: str = "", images: Sequence[Path] = ()) -> str:
+    """The same sections as one self-contained HTML page (:func:`harness.views.html.page_html`): the
+    tables, the plots in ``images`` embedded, and every record behind its rows."""
+
+    parts = []
+    for s in sections:
+        if not s.records:
+            continue
+        table, text = _body(s)
+        parts.append(HtmlSection(s.title, s.note, table=table, text=text, records=list(s.records)))
+    return page_html(title, parts, preamble=preamble, images=[Path(p) for p in images if Path(p).is_file()])

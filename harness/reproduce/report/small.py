@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.io import atomic_write_text
 from harness.reproduce.report.plots import plot_genppl, plot_nll, plot_training, record_label, record_metric
-from harness.reproduce.report.sections import Section, sections_markdown
+from harness.reproduce.report.sections import Section, sections_html, sections_markdown
 from harness.reproduce.seeds import seed_difference_table, seed_table
 from harness.views.table import Cell, Column, Footnote, Table
 
@@ -124,8 +124,9 @@ def small_sections(result) -> list[Section]:
 
 
 def write_small_report(result) -> list[Path]:
-    """Write ``tables.md`` and the PNG plots (``ppl``, ``genppl`` and, when a checkpoint has a training log,
-    ``training``) of a ``reproduce small`` run into ``result.out``, next to its records.
+    """Write ``tables.md``, the PNG plots (``ppl``, ``genppl`` and, when a checkpoint has a training log,
+    ``training``) and ``report.html`` (the same tables and the plots as one page, every record a click
+    away) of a ``reproduce small`` run into ``result.out``, next to its records.
 
     ``result``: the run's :class:`harness.reproduce.small.SmallRecords`. Returns the paths written."""
 
@@ -134,10 +135,9 @@ def write_small_report(result) -> list[Path]:
         "Every table is a view of the JSON records in `records/`. `<=` marks a valid upper bound, `†` Prime's "
         "paper objective (not a bound), `~` an estimate; `±` is one standard error."
     )
-    return [
-        atomic_write_text(
-            out / "tables.md", sections_markdown("primebench reproduce small", small_sections(result), preamble)
-        ),
+    sections = small_sections(result)
+    paths = [
+        atomic_write_text(out / "tables.md", sections_markdown("primebench reproduce small", sections, preamble)),
         plot_nll(result.ppl, out / "ppl.png", title="Perplexity: exact (ARM), bounds and paper objective"),
         plot_genppl(result.genppl, out / "genppl.png", title="Gen PPL against entropy, float64"),
     ] + [
@@ -149,3 +149,5 @@ def write_small_report(result) -> list[Path]:
         ]
         if p
     ]
+    page = sections_html(f"primebench reproduce small ({out.name})", sections, preamble, sorted(out.glob("*.png")))
+    return paths + [atomic_write_text(out / "report.html", page)]
