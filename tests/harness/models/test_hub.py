@@ -233,3 +233,26 @@ def test_an_hf_model_prefetched_runs_offline_as_a_model_and_as_a_judge(online, m
     assert check_judge_spec("hf:org/tiny-gpt2") == "folder"  # served from the cache's snapshot folder
     with pytest.raises(OfflineError, match="prefetch hf:org/other"):
         harness.load("hf:org/other")
+
+
+def test_prefetch_a_preset_then_its_offline_dry_run_reports_nothing_missing(online, monkeypatch, tmp_path):
+    """A preset's targets (here the precision preset's release and judge, served by the local hub under
+    their names' shape) are fetched by `prefetch PRESET`; the preset's dry run, offline, finds them all."""
+    import dataclasses
+
+    from harness.reproduce import paper
+    from tests.harness.models.test_hf_causal import write_tiny_gpt2
+
+    online.repo("org/tiny-gpt2").commit_folder(write_tiny_gpt2(tmp_path / "tiny-gpt2"))
+    targets = (f"mdlm-hf:{MDLM}", "hf:org/tiny-gpt2")
+    monkeypatch.setitem(paper.PRESETS, "precision", dataclasses.replace(paper.PRESETS["precision"], prefetch=targets))
+    runner = CliRunner()
+    res = runner.invoke(main, ["reproduce", "precision", "--paper-scale", "--dry-run"])
+    assert res.exit_code == 0 and res.output.count("MISSING") == 2, res.output
+    res = runner.invoke(main, ["prefetch", "precision"])
+    assert res.exit_code == 0 and res.output.count("hash(es) checked") == 2, res.output
+    go_offline(monkeypatch)
+    res = runner.invoke(main, ["reproduce", "precision", "--paper-scale", "--dry-run"])
+    assert res.exit_code == 0 and "MISSING" not in res.output and res.output.count(": cached") == 2, res.output
+    res = runner.invoke(main, ["prefetch", "--check", "precision"])
+    assert res.exit_code == 0, res.output
