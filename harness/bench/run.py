@@ -14,6 +14,7 @@ import torch
 from harness.bench.judge import judge_figures
 from harness.bench.measure import Figure, PeakRSS, block_matmuls, gemm_throughput
 from harness.bench.network import forward_figures, inference_memory_figures, nll_cost_figures, train_step_figure
+from harness.bench.paper_shapes import run_paper_shapes
 from harness.bench.sampling import precision_cost_figures, sampling_figures
 from harness.records import make_record
 
@@ -114,6 +115,57 @@ def run_bench(
         extra={"figures": [f.to_dict() for f in figures], "peak_rss_mib": memory},
     )
     return record
+
+
+def run_shape_bench(
+    preset: str, *, device: str = "cpu", compile_: bool = False, repeats: int = 3, log=lambda message: None
+) -> dict[str, Any]:
+    """The ``bench --preset`` record (``paper-shapes`` or ``tiny-shapes``,
+    :mod:`harness.bench.paper_shapes`): its figures, the protocol (shape, dtype, attention kernel),
+    the card or CPU."""
+    began = time.time()
+    torch.manual_seed(0)
+    figures, protocol = run_paper_shapes(preset=preset, device=device, repeats=repeats, compile_=compile_, log=log)
+    protocol.update(machine=machine_description(device), threads=torch.get_num_threads(), torch=torch.__version__)
+    if str(device).startswith("cuda"):
+        protocol.update(cuda=torch.version.cuda, capability=".".join(map(str, torch.cuda.get_device_capability())))
+    return make_record(
+        "bench",
+        model={"name": f"bench-{preset}", "family": None},
+        metrics={},
+        protocol=protocol,
+        seed=0,
+        device=device,
+        wall_s=time.time() - began,
+        extra={"figures": [f.to_dict() for f in figures]},
+    )
+
+
+def render_shapes_markdown(record: dict[str, Any]) -> str:
+    """A ``bench --preset`` record as Markdown: the card, shape and kernel, then one row per figure with
+    its details (MFU, fraction of the ceiling, peak memory, syncs per step)."""
+    p = record["protocol"]
+    shape = p["shape"]
+    lines = [
+        f"# primebench bench --preset {p['preset']}",
+        "",
+        f"Device: {p['machine']} ({record['provenance']['device']}), torch {p['torch']}; DiT d={shape['d']}, "
+        f"{shape['layers']} layers, {shape['heads']} heads, L={shape['L']}, C={shape['C']}, batch {shape['batch']}; "
+        f"compute {p['compute_dtype']}{' (autocast)' if p['autocast'] else ''}; attention kernel {p['sdpa_kernel']}; "
+        f"torch.compile {'measured' if p['compile'] else 'off'}; medians of {p['repeats']}; wall "
+        f"{record['provenance']['wall_s'] or 0:.0f} s.",
+        "",
+        "| figure | value | units | details |",
+        "|---|---|---|---|",
+    ]
+    for f in record["figures"]:
+        detail = ", ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in (f.get("detail") or {}).items()
+            if k != "shapes" and v is not None
+        )
+        lines.append(f"| {f['name']} | {f['value']:.4g} | {f['units']} | {detail} |")
+    return "\n".join(lines + [""])
 
 
 def machine_description(device: str = "cpu") -> str:

@@ -68,3 +68,39 @@ def test_sampling_stage_at_tiny_shapes_has_every_sampler():
     (post,) = [f for f in figures if "posterior" in f.name]
     assert post.detail["nfe"] == 4 and post.detail["T"] == 4 and post.value > 0
     assert post.value == post.detail["posterior_s_per_nfe"] / post.detail["mdlm_uncached_s_per_nfe"]
+
+
+def test_paper_shapes_bench_runs_at_tiny_shapes_for_every_family(tmp_path):
+    """`bench --preset tiny-shapes` is the CPU form of the GPU check (`make gpu-check`): the same code as
+    `--preset paper-shapes`, so it cannot rot. Every registered family gets a training and an NLL figure."""
+    import subprocess
+    from pathlib import Path
+
+    from harness.bench.paper_shapes import PRESETS, count_flops
+    from harness.cli.bench import PRESETS as CLI_PRESETS
+    from harness.models import family_names
+
+    assert set(CLI_PRESETS) == set(PRESETS)
+    paper = PRESETS["paper-shapes"]
+    assert (paper.d, paper.layers, paper.heads, paper.L, paper.C, paper.dtype) == (768, 12, 12, 1024, 50257, "bfloat16")
+    res = CliRunner().invoke(main, ["bench", "--preset", "tiny-shapes", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    record = json.loads((tmp_path / "bench.json").read_text())
+    names = [f["name"] for f in record["figures"]]
+    for family in family_names():
+        assert any(n.startswith(f"train {family}") for n in names), family
+        assert any(n.startswith(f"eval ppl {family}") for n in names), family
+    assert any("nn.TransformerEncoder" in n for n in names)
+    assert {f"sampling MDLM T={T} {d}: samples/s" for T in (8, 32) for d in ("float32", "float64")} <= set(names)
+    train = next(f for f in record["figures"] if f["name"].startswith("train mdlm"))
+    assert train["detail"]["mfu"] > 0 and train["detail"]["step_tflops"] > 0
+    protocol = record["protocol"]
+    assert protocol["preset"] == "tiny-shapes" and protocol["sdpa_kernel"].startswith("cpu")
+    assert protocol["compute_dtype"] == "float32" and not protocol["autocast"]
+    assert "attention kernel" in (tmp_path / "README.md").read_text()
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert count_flops(lambda: a @ b) == 2 * 8 * 16 * 4
+    res = CliRunner().invoke(main, ["bench", "--compile", "--stages", "gemm"])
+    assert res.exit_code == 2 and "--compile goes with --preset" in res.output
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0 and script.stat().st_mode & 0o111
