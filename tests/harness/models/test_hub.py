@@ -256,3 +256,44 @@ def test_prefetch_a_preset_then_its_offline_dry_run_reports_nothing_missing(onli
     assert res.exit_code == 0 and "MISSING" not in res.output and res.output.count(": cached") == 2, res.output
     res = runner.invoke(main, ["prefetch", "--check", "precision"])
     assert res.exit_code == 0, res.output
+
+
+def test_a_dataset_prefetched_loads_offline_in_another_process(hub, tmp_path):
+    """`prefetch hf:ORG/NAME:SPLIT` runs `datasets.load_dataset` against the local hub (its info, tree and
+    file routes); then, in other processes with HF_HUB_OFFLINE=1, `--check` finds it and the corpus loads
+    from the cache."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": ["the first document", "a second one", "and a third"]}), buf)
+    hub.repo("datasets/org/tinytext").commit({"data/train-00000-of-00001.parquet": buf.getvalue(), "README.md": b""})
+    env = dict(
+        os.environ,
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_CACHE=str(tmp_path / "hf" / "hub"),
+        HF_DATASETS_CACHE=str(tmp_path / "hf" / "datasets"),
+        HF_ENDPOINT=hub.endpoint,
+        NO_PROXY="127.0.0.1,localhost",
+    )
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(flag)
+
+    def cli(*args, offline: bool):
+        run_env = dict(env, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1") if offline else env
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *args], env=run_env, capture_output=True, text=True, timeout=300
+        )
+
+    spec = "hf:org/tinytext:train"
+    missing = cli("prefetch", "--check", spec, offline=True)
+    assert missing.returncode == 1 and f"{spec}: missing" in missing.stdout, missing.stderr
+    got = cli("prefetch", spec, offline=False)
+    assert got.returncode == 0 and f"{spec} (dataset)" in got.stdout, got.stderr
+    assert hub.requests[("GET", "datasets/org/tinytext", "data/train-00000-of-00001.parquet")] == 1
+    assert cli("prefetch", "--check", spec, offline=True).returncode == 0
+    info = cli("data", "info", spec, "--json", offline=True)
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["splits"]["train"]["documents"] == 3
