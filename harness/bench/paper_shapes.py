@@ -128,6 +128,19 @@ def _families() -> list[tuple[str, dict]]:
     return [(n, family_class(n).bench_variants()[0]) for n in names]
 
 
+def _model(shape: Shape, family: str, extra: dict, device: str):
+    """``family`` (with its bench variant's keys ``extra``) at ``shape``, random weights, on ``device``."""
+    return build_model(
+        family,
+        vocab_size=shape.C,
+        seq_len=shape.L,
+        d_model=shape.d,
+        n_layers=shape.layers,
+        n_heads=shape.heads,
+        **extra,
+    ).to(device)
+
+
 def _label(family: str, extra: dict) -> str:
     return family + "".join(f" {k.split('_')[0]}={v}" for k, v in extra.items())
 
@@ -145,11 +158,7 @@ def _forward_figures(shape: Shape, device: str, ceiling: float, repeats: int, co
         .to(device)
         .eval()
     )
-    model = (
-        build_model("mdlm", vocab_size=shape.C, seq_len=L, d_model=d, n_layers=shape.layers, n_heads=shape.heads)
-        .to(device)
-        .eval()
-    )
+    model = _model(shape, "mdlm", {}, device).eval()
     net = model.backbone
     ids = torch.randint(0, shape.C, (B, L), device=device)
     t = torch.rand(B, device=device)
@@ -215,19 +224,7 @@ def _train_figures(shape: Shape, device: str, ceiling: float, repeats: int) -> l
     out = []
     sync = sync_for(device)
     for family, extra in _families():
-        model = (
-            build_model(
-                family,
-                vocab_size=shape.C,
-                seq_len=shape.L,
-                d_model=shape.d,
-                n_layers=shape.layers,
-                n_heads=shape.heads,
-                **extra,
-            )
-            .to(device)
-            .train()
-        )
+        model = _model(shape, family, extra, device).train()
         opt = make_optimizer(model, lr=3e-4, weight_decay=0.0)
         x = torch.randint(0, shape.C, (shape.batch, shape.L), device=device)
         g = torch.Generator(device=device).manual_seed(0)
@@ -268,19 +265,7 @@ def _nll_figures(shape: Shape, device: str, repeats: int) -> list[Figure]:
     rates: dict[str, tuple[float, float]] = {}
     exact = None
     for family, extra in _families():
-        model = (
-            build_model(
-                family,
-                vocab_size=shape.C,
-                seq_len=shape.L,
-                d_model=shape.d,
-                n_layers=shape.layers,
-                n_heads=shape.heads,
-                **extra,
-            )
-            .to(device)
-            .eval()
-        )
+        model = _model(shape, family, extra, device).eval()
 
         def run(model=model):
             with torch.no_grad(), _autocast(device, shape.dtype):
@@ -321,13 +306,7 @@ def _count_syncs(fn: Callable[[], Any], device: str) -> int | None:
 
 
 def _sampling_figures(shape: Shape, device: str) -> list[Figure]:
-    model = (
-        build_model(
-            "mdlm", vocab_size=shape.C, seq_len=shape.L, d_model=shape.d, n_layers=shape.layers, n_heads=shape.heads
-        )
-        .to(device)
-        .eval()
-    )
+    model = _model(shape, "mdlm", {}, device).eval()
     sync = sync_for(device)
     out = []
     for T in shape.steps:

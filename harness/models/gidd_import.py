@@ -40,7 +40,12 @@ from harness.data import get_tokenizer
 from harness.errors import CheckpointError
 from harness.io import read_json
 from harness.models.mdlm_import import read_weights
-from harness.models.release_ckpt import build_release_family, check_same_vocabulary, release_folder_config
+from harness.models.release_ckpt import (
+    build_release_family,
+    check_same_vocabulary,
+    check_token_ids,
+    release_folder_config,
+)
 from harness.models.release_config import config_size
 from harness.models.releases import ReleaseFormat, register_release
 
@@ -69,10 +74,7 @@ class GiddBackbone(nn.Module):
         self.dit = dit
 
     def forward(self, ids: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
-        if ids.is_floating_point():
-            raise CheckpointError(
-                "a release's DiT reads token ids, not soft inputs", fix="fine-tune a model trained here instead"
-            )
+        check_token_ids(ids)
         if t is None:
             raise CheckpointError("GIDD's network reads the time t, and none was given", fix="pass t (B,)")
         time = torch.as_tensor(t, device=ids.device).float().expand(ids.shape[0])

@@ -82,6 +82,14 @@ def release_folder_config(source, *, prefix: str, label: str) -> tuple[Path, Pat
     return folder, path, read_json(path, what=f"{label} config", fix="restore the file", error=CheckpointError)
 
 
+def check_token_ids(ids: torch.Tensor) -> None:
+    """A release's DiT embeds token ids; soft (probability) inputs are refused, naming the fix."""
+    if ids.is_floating_point():
+        raise CheckpointError(
+            "a release's DiT reads token ids, not soft inputs", fix="fine-tune a model trained here instead"
+        )
+
+
 def release_sigma(t, rows: int, device, time_conditioning: bool) -> torch.Tensor:
     if time_conditioning and t is not None:
         return -torch.log1p(-(1 - LOGLINEAR_EPS) * t.float())
@@ -369,6 +377,7 @@ __all__ = [
     "check_same_vocabulary",
     "check_ckpt_prefix",
     "check_heads",
+    "check_token_ids",
     "ckpt_prefix",
     "ema_state",
     "finish_import",

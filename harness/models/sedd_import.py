@@ -29,7 +29,13 @@ from torch import nn
 from harness.errors import CheckpointError
 from harness.models import family_class
 from harness.models.mdlm_import import read_weights
-from harness.models.release_ckpt import build_release_family, release_folder_config, release_sigma, release_tokenizer
+from harness.models.release_ckpt import (
+    build_release_family,
+    check_token_ids,
+    release_folder_config,
+    release_sigma,
+    release_tokenizer,
+)
 from harness.models.release_config import config_flag, config_size
 from harness.models.releases import ReleaseFormat, register_release
 
@@ -55,10 +61,7 @@ class ScoreBackbone(nn.Module):
         self.dit = dit
 
     def forward(self, ids: torch.Tensor, t=None, attention_mask=None) -> torch.Tensor:
-        if ids.is_floating_point():
-            raise CheckpointError(
-                "a release's DiT reads token ids, not soft inputs", fix="fine-tune a model trained here instead"
-            )
+        check_token_ids(ids)
         return self.dit(ids, release_sigma(t, ids.shape[0], ids.device, True))
 
 
