@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 C_GPT2 = 50257
 
@@ -115,3 +116,35 @@ def sync_for(device) -> Callable[[], None]:
     if str(device).startswith("cuda"):
         return lambda: torch.cuda.synchronize()
     return lambda: None
+
+
+#: tensor methods that read a value back to the host: each is a device synchronisation on a GPU
+HOST_READS = frozenset(
+    {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero", "masked_select"}
+)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts calls that read a tensor's value back to the host (:data:`HOST_READS`) while active:
+    on a GPU each is a synchronisation, so a sampling loop can be checked for them on any device.
+    Boolean-mask indexing (``x[mask]``) is not seen here; on a GPU it synchronises too."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", None) in HOST_READS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def host_reads_per_step(run: Callable[[int], Any], steps: tuple[int, int]) -> float:
+    """Host reads per step of ``run(T)``: the difference of two runs' counts over the difference of
+    their T, so the reads made once per run (set-up, the final copy) cancel."""
+    counts = []
+    for T in steps:
+        with HostReads() as reads:
+            run(T)
+        counts.append(reads.count)
+    return (counts[1] - counts[0]) / (steps[1] - steps[0])

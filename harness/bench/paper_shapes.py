@@ -12,8 +12,10 @@ weights, bf16 autocast on CUDA (float32 on a CPU). On a CPU the same command run
 * training, per family: tokens/s of a whole step (loss, backward, clip, AdamW) and MFU, the step's
   FLOPs counted from the shapes by ``torch.utils.flop_counter`` over the ceiling;
 * ``eval ppl``: rows/s of one Monte-Carlo sample per family, against the ARM's exact pass;
-* sampling: MDLM's ancestral sampler in samples/s at T = 128 and 1,024, float32 and float64 draws,
-  and on CUDA the host-device synchronisations per step (``torch.cuda.set_sync_debug_mode``);
+* sampling: MDLM's ancestral sampler in samples/s at T = 128 and 1,024, float32 and float64 draws;
+  the tensor reads to the host per step (each a synchronisation on a GPU; counted on any device by
+  :class:`harness.bench.measure.HostReads`), and on CUDA the synchronisations the driver reports
+  (``torch.cuda.set_sync_debug_mode``);
 * peak memory of each figure (CUDA's allocator; the process's RSS on a CPU).
 
 The record's protocol says which scaled-dot-product attention kernel ran (flash, memory-efficient,
@@ -33,7 +35,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.bench.measure import Figure, PeakRSS, block_matmuls, gemm_throughput, median_time, sync_for
+from harness.bench.measure import (
+    Figure,
+    PeakRSS,
+    block_matmuls,
+    gemm_throughput,
+    host_reads_per_step,
+    median_time,
+    sync_for,
+)
 from harness.bench.network import backbone_flops
 from harness.models import build_model, family_class, family_names
 from harness.sampling import generate
@@ -344,6 +354,19 @@ def _sampling_figures(shape: Shape, device: str) -> list[Figure]:
                     f"sampling MDLM T={T} {dtype}: samples/s", shape.samples / seconds, "samples/s", None, None, detail
                 )
             )
+    reads = host_reads_per_step(
+        lambda T: generate(model, "ancestral", num_samples=1, batch_size=1, steps=T, generator=0), (8, 16)
+    )
+    out.append(
+        Figure(
+            "sampling MDLM: host reads per step (two-stage draw, cached)",
+            reads,
+            "reads/step",
+            "<= 3",
+            reads <= 3,
+            {"counted": "tensor reads to the host (harness.bench.measure.HostReads)"},
+        )
+    )
     return out
 
 

@@ -72,14 +72,16 @@ def _step(
     m_s: float,
     settings: SamplerSettings,
     generator: torch.Generator | None,
+    revealing: bool = True,
 ) -> torch.Tensor:
     """One ancestral step from y (B, L, ell) given the denoiser's probs (B, L, C): the next state.
 
-    ``reveal`` (two-stage draw) says which masked units are revealed; None means the joint draw."""
+    ``reveal`` (two-stage draw) says which masked units are revealed, ``revealing`` whether any is (read
+    once by the caller); None means the joint draw."""
     y_next = y.clone()
     if reveal is not None:
         at = reveal.any(-1)  # (B, L): positions that need a token
-        if bool(at.any()):
+        if revealing:
             x_hat = sample_inverse_cdf(probs[at], dtype=settings.dtype, generator=generator)
             y_next[at] = torch.where(reveal[at], units.encode(x_hat), y[at])
         return y_next
@@ -122,22 +124,25 @@ def run_ancestral(
     probs = None  # (B, L, C): the shaped denoiser output, reused by caching (a call on every row replaces it)
     stale = torch.ones(rows, dtype=torch.bool, device=y.device)  # rows whose output must be recomputed
 
+    times, masses = grid.tolist(), mask_prob.tolist()  # Python floats: no tensor read inside the loop
     for k in range(1, steps + 1):
-        t = float(grid[k - 1])
-        m_t, m_s = float(mask_prob[k - 1]), float(mask_prob[k])
+        t = times[k - 1]
+        m_t, m_s = masses[k - 1], masses[k]
         masked = units.process.unrevealed(y)
         call = masked.flatten(1).any(-1)
         reveal = _reveal(masked, (m_t - m_s) / m_t, generator) if two_stage else None
-        if two_stage:
-            revealing = reveal.flatten(1).any(-1)
-            if settings.cache and not bool(revealing.any()):  # an idle step for every sample: nothing to do
-                idle += 1
-                continue
+        revealing = reveal.flatten(1).any(-1) if two_stage else None
         if settings.cache:
             call &= revealing if two_stage else stale
-        if bool(call.any()):
+        # what the step does, read from the device at once: one synchronisation per step on a GPU
+        first = revealing.any() if two_stage else call.any()
+        any_reveal, any_call, all_call = torch.stack((first, call.any(), call.all())).tolist()
+        if two_stage and settings.cache and not any_reveal:  # an idle step for every sample: nothing to do
+            idle += 1
+            continue
+        if any_call:
             out = shaped_log_probs(units.log_probs(y[call], t, call), settings).exp_()  # a fresh tensor: in place
-            if bool(call.all()):
+            if all_call:
                 probs = out  # every row recomputed: no copy into the buffer
             else:
                 if probs is None:
@@ -147,7 +152,7 @@ def run_ancestral(
         if probs is None:  # nothing revealed (two-stage) or nothing masked anywhere (a full prefix)
             idle += 1
             continue
-        y_next = _step(units, y, masked, probs, reveal, m_t, m_s, settings, generator)
+        y_next = _step(units, y, masked, probs, reveal, m_t, m_s, settings, generator, bool(any_reveal))
         changed = (y_next != y).flatten(1).any(-1)
         idle += ~changed
         stale = changed

@@ -110,23 +110,36 @@ _METHODS.register("mdlm-legacy", _mdlm_legacy)
 METHODS: tuple[str, ...] = ("gumbel", "race", "mdlm-legacy")
 
 
-def check_probs(probs: torch.Tensor) -> None:
+def check_probs(probs: torch.Tensor, total: torch.Tensor | None = None, dtype=None) -> None:
+    """Refuse probabilities that cannot be drawn from: not floating, no class, NaN, negative or inf
+    entries, a row without mass; with ``total`` (the rows' sums in the draw's ``dtype``), also a row whose
+    sum underflows to zero there. Every test is read from the device at once."""
     if not probs.is_floating_point():
         raise PrimebenchError(
             f"probs must be a floating tensor, got {probs.dtype}", fix="pass probabilities, or pass logits= instead"
         )
     if probs.shape[-1:] == (0,) or probs.dim() == 0:
         raise PrimebenchError(f"probs must have a non-empty class dim (last), got shape {tuple(probs.shape)}")
-    if not bool(((probs >= 0) & (probs < float("inf"))).all()):  # one pass; NaN fails both tests
+    # both tests in one host read (one device synchronisation on a GPU); NaN fails the first
+    tests = [((probs >= 0) & (probs < float("inf"))).all(), (probs.sum(-1) <= 0).any()]
+    if total is not None:
+        tests.append((total <= 0).any())
+    valid, empty, *underflow = torch.stack(tests).tolist()
+    if not valid:
         if bool(torch.isnan(probs).any()):
             raise PrimebenchError("probs contain NaN", fix="check the model output (log_softmax, then exp)")
         if bool((probs < 0).any()):
             raise PrimebenchError("probs contain negative values", fix="pass probabilities >= 0 (or logits=)")
         raise PrimebenchError("probs contain inf", fix="pass finite probabilities (or logits=)")
-    if bool((probs.sum(-1) <= 0).any()):
+    if empty:
         raise PrimebenchError(
             "a row of probs is all zero: there is no category to draw",
             fix="every row needs at least one positive probability",
+        )
+    if underflow and underflow[0]:
+        raise PrimebenchError(
+            f"a row of probs underflows to zero in {dtype}",
+            fix="normalise the probabilities first, or sample in float64",
         )
 
 
@@ -198,14 +211,11 @@ def sample_inverse_cdf(
     exact law). The two-stage ancestral draw uses it for the token of each revealed unit.
     """
     dtype = parse_dtype(dtype)
-    check_probs(probs)
+    if not probs.is_floating_point() or probs.dim() == 0 or probs.shape[-1] == 0:
+        check_probs(probs)  # refused before any arithmetic
     cdf = torch.cumsum(probs.to(dtype), dim=-1)
     total = cdf[..., -1:]
-    if bool((total <= 0).any()):
-        raise PrimebenchError(
-            f"a row of probs underflows to zero in {dtype}",
-            fix="normalise the probabilities first, or sample in float64",
-        )
+    check_probs(probs, total, dtype)
     u = _draw_uniform(total.shape, dtype=dtype, device=cdf.device, generator=generator) * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # U * total < total: a real class
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_max(probs.shape[-1] - 1)
