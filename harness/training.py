@@ -190,6 +190,14 @@ def train(
         return _train(cfg, out, info=info, resume=resume, restart=restart, stop_after=stop_after, quiet=quiet, bar=bar)
 
 
+def _to_device(batch: torch.Tensor, device) -> torch.Tensor:
+    """A CPU batch on ``device``: on CUDA through page-locked memory, copied without blocking the host
+    (the next kernels wait for it on the stream); on a CPU, as it is."""
+    if torch.device(device).type == "cuda":
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch.to(device)
+
+
 def _forward_backward(model, ddp, opt, save, cfg, info, rows, masks, step, per_rank, micro, autocast) -> float:
     """One step's forward and backward passes over its micro-batches (gradients accumulated, nothing
     applied): the part of a step a signal may cut. Returns the step's loss."""
@@ -204,7 +212,7 @@ def _forward_backward(model, ddp, opt, save, cfg, info, rows, masks, step, per_r
     step_loss = 0.0
     for k in range(cfg.train.grad_accum):
         sel = idx[k * micro : (k + 1) * micro]
-        x, m = rows[sel].to(info.device), masks[sel].to(info.device)
+        x, m = _to_device(rows[sel], info.device), _to_device(masks[sel], info.device)
         sync = contextlib.nullcontext() if (k == cfg.train.grad_accum - 1 or info.world == 1) else ddp.no_sync()
         with sync, autocast:
             loss = ddp(x, generator=g_noise, attention_mask=m) / cfg.train.grad_accum
