@@ -123,12 +123,17 @@ def hub_cache_dir() -> Path:
     return Path(cache).expanduser()
 
 
+def datasets_cache_dir() -> Path:
+    """The ``datasets`` library's cache, as it reads it now (``HF_DATASETS_CACHE``, else ``HF_HOME/datasets``)."""
+    return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
+
+
 def hf_cache_holds_datasets() -> bool:
     """Whether the Hugging Face caches hold any dataset (a ``datasets--*`` folder in the hub cache, or
     anything in the ``datasets`` cache): offline, only a cached dataset can load."""
 
     hub = hub_cache_dir()
-    data = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
+    data = datasets_cache_dir()
     try:
         if hub.is_dir() and any(p.name.startswith("datasets--") for p in hub.iterdir()):
             return True

@@ -31,7 +31,7 @@ from pathlib import Path
 from harness.errors import CheckpointError, OfflineError, PrimebenchError
 from harness.io import file_sha256
 from harness.models.hub import Fetched, fetch, parse_hub_name
-from harness.offline import OFFLINE_FLAGS, env_flag, hf_home, hub_cache_dir, offline_mode
+from harness.offline import OFFLINE_FLAGS, datasets_cache_dir, env_flag, hub_cache_dir, offline_mode
 
 KINDS = ("preset", "release", "model", "dataset", "lm-eval")
 
@@ -125,8 +125,11 @@ def expand(targets: list[str]) -> list[str]:
     return out
 
 
-def _model_name(target: str) -> str:
-    return target if target.startswith("hf:") else f"hf:{target}"
+def _hub_name(target: str, kind: str):
+    """The hub name of a release or model target (a judge such as ``gpt2-large`` is ``hf:gpt2-large``)."""
+    name = parse_hub_name(target if kind == "release" or target.startswith("hf:") else f"hf:{target}")
+    assert name is not None, target
+    return name
 
 
 def verify(got: Fetched) -> int:
@@ -160,7 +163,7 @@ def verify(got: Fetched) -> int:
 def _cache_bytes() -> int:
     """Bytes in the hub and datasets caches (what a library download grows)."""
     total = 0
-    for root in {hub_cache_dir(), Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()}:
+    for root in {hub_cache_dir(), datasets_cache_dir()}:
         for folder, _, names in os.walk(root):
             for name in names:
                 try:
@@ -239,9 +242,7 @@ def prefetch(target: str) -> Outcome:
             "cached without the network",
         )
     if kind in ("release", "model"):
-        name = parse_hub_name(target if kind == "release" else _model_name(target))
-        assert name is not None
-        got = fetch(name, offline=False)
+        got = fetch(_hub_name(target, kind), offline=False)
         return Outcome(target, kind, files=dict(got.downloaded), verified=verify(got), commit=got.commit)
     if kind == "preset":
         raise PrimebenchError(f"{target!r} is a preset", fix="expand it first (harness.prefetch.expand)")
@@ -256,9 +257,7 @@ def missing(target: str) -> str | None:
     kind = kind_of(target)
     try:
         if kind in ("release", "model"):
-            name = parse_hub_name(target if kind == "release" else _model_name(target))
-            assert name is not None
-            fetch(name, offline=True, partial=kind == "model")
+            fetch(_hub_name(target, kind), offline=True, partial=kind == "model")
         elif kind == "dataset":
             with offline_mode():
                 _load_dataset(target)
