@@ -69,29 +69,34 @@ class TokenEmbedding(nn.Module):
 class Rotary(nn.Module):
     """Rotary position embedding (RoFormer) applied to (..., L, Dh) queries and keys.
 
-    Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin). Computed as
-    x * cos' + swap(x) * sin' with cos' = (cos_i, cos_i) and sin' = (-sin_i, sin_i) interleaved,
-    which is the same float arithmetic in three passes instead of a stack of four products."""
+    Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin). Computed as x * cos'
+    (cos' = (cos_i, cos_i) interleaved), then x2 sin subtracted from the even entries and x1 sin added
+    to the odd ones in place: no copy of x or of its swapped pairs, and the same float operations as
+    x * cos' + swap(x) * (-sin_i, sin_i), bit for bit (x1 cos + x2 (-sin) is x1 cos - x2 sin in IEEE
+    arithmetic). A complex multiply would take one pass, but its scalar tail may fuse a multiply-add
+    and round differently, so it is not used."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
         angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)  # (L, Dh/2)
-        cos, sin = angles.cos().float(), angles.sin().float()
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
-        self.register_buffer("cos2", torch.stack((cos, cos), -1).flatten(-2), persistent=False)
-        self.register_buffer("sin2", torch.stack((-sin, sin), -1).flatten(-2), persistent=False)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """``positions`` (L,): the position of each row of x (default 0 .. L - 1)."""
-        if positions is None:
-            L = x.shape[-2]
-            cos, sin = self.cos2[:L].to(x.dtype), self.sin2[:L].to(x.dtype)
-        else:
-            cos, sin = self.cos2[positions].to(x.dtype), self.sin2[positions].to(x.dtype)
-        swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x2, x1) in each pair
-        return (x * cos).add_(swapped.mul_(sin))
+        """``positions`` (L,): the position of each row of x (default 0 .. L - 1). x may have any
+        strides (e.g. a view into a fused projection); the result is a new contiguous tensor."""
+        rows = slice(0, x.shape[-2]) if positions is None else positions
+        cos, sin = self.cos[rows].to(x.dtype), self.sin[rows].to(x.dtype)
+        cos2 = torch.stack((cos, cos), -1).flatten(-2)
+        if torch.is_grad_enabled() and x.requires_grad:
+            out = x.contiguous() * cos2
+        else:  # the product written straight into a contiguous tensor: no copy of x first
+            out = torch.mul(x, cos2, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
+        pairs, parts = x.unflatten(-1, (-1, 2)), out.unflatten(-1, (-1, 2))
+        parts[..., 0].sub_(pairs[..., 1] * sin)
+        parts[..., 1].add_(pairs[..., 0] * sin)
+        return out
 
 
 class NeighbourMixer(nn.Module):
@@ -201,13 +206,16 @@ class Block(nn.Module):
         with it, the new keys and values (past included) come back beside the output. ``queries``:
         the outputs of the first that many positions only (every position is still a key)."""
         B, L, D = h.shape
+        inplace = not torch.is_grad_enabled()  # no graph to keep: reuse the buffers this block made
         if self.adaln is not None:
             shift1, scale1, gate1, shift2, scale2, gate2 = self.adaln(c).chunk(6, dim=-1)
         x = self.norm1(h)
         if self.adaln is not None:
             x = _modulate(x, shift1, scale1)
-        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        q, k = self.rotary(torch.stack((q, k)), positions).unbind(0)  # one rotary pass over queries and keys
+        qkv = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        # one rotary pass over queries and keys, read from the projection: (2, B, H, L, Dh), contiguous
+        q, k = self.rotary(qkv[:2], positions).unbind(0)
+        v = qkv[2]
         if past is not None:
             k, v = torch.cat((past[0], k), 2), torch.cat((past[1], v), 2)
         if queries is not None:
@@ -224,13 +232,26 @@ class Block(nn.Module):
             is_causal=self.causal and attn_mask is None and past is None,
         )
         a = self.drop(self.proj(a.transpose(1, 2).reshape(B, L, D)))
-        h = h + (gate1[:, None] * a if self.adaln is not None else a)
+        h = _residual(h, a, gate1 if self.adaln is not None else None, inplace)
         x = self.norm2(h)
         if self.adaln is not None:
             x = _modulate(x, shift2, scale2)
-        m = self.drop(self.mlp(x))
-        out = h + (gate2[:, None] * m if self.adaln is not None else m)
+        fc1, act, fc2 = self.mlp
+        m = fc1(x)
+        m = torch.ops.aten.gelu_(m, approximate=act.approximate) if inplace else act(m)
+        m = self.drop(fc2(m))
+        out = _residual(h, m, gate2 if self.adaln is not None else None, inplace)
         return out if past is None else (out, (k, v))
+
+
+def _residual(h: torch.Tensor, branch: torch.Tensor, gate: torch.Tensor | None, inplace: bool) -> torch.Tensor:
+    """h + gate * branch (gate (B, D) or None). ``inplace``: written into ``branch``, a tensor the
+    caller made and no graph needs (the same sums: products and sums commute bit for bit)."""
+    if not inplace:
+        return h + (gate[:, None] * branch if gate is not None else branch)
+    if gate is not None:
+        branch.mul_(gate[:, None])
+    return branch.add_(h)
 
 
 class FinalLayer(nn.Module):

@@ -57,8 +57,8 @@ def test_rotary_breaks_permutation_equivariance():
     perm = torch.randperm(12, generator=torch.Generator().manual_seed(1))
     out, out_perm = b(x), b(x[:, perm])
     assert not torch.allclose(out[:, perm], out_perm, atol=1e-2)
-    b.blocks[0].rotary.cos2.fill_(1.0)
-    b.blocks[0].rotary.sin2.fill_(0.0)  # identity rotation: equivariance comes back
+    b.blocks[0].rotary.cos.fill_(1.0)
+    b.blocks[0].rotary.sin.fill_(0.0)  # identity rotation (one table for every block): equivariance comes back
     assert torch.allclose(b(x)[:, perm], b(x[:, perm]), atol=1e-4)
 
 
@@ -116,3 +116,50 @@ def test_a_zero_width_mixer_creates_no_parameters():
     keyed = Backbone(_cfg(mixer_width=0))
     assert keyed.mixer is None
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), keyed.state_dict().values()))
+
+
+def _rotary_reference(x, cos, sin):
+    """The rotation as first written: x * (cos, cos) + swap(x) * (-sin, sin), pairs interleaved."""
+    cos2 = torch.stack((cos, cos), -1).flatten(-2)
+    sin2 = torch.stack((-sin, sin), -1).flatten(-2)
+    return x * cos2 + x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) * sin2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("head", [2, 6, 8, 16, 64])
+def test_rotary_equals_its_formula_bit_for_bit_on_strided_inputs(dtype, head):
+    from harness.backbone import Rotary
+
+    rot = Rotary(head, 32)
+    g = torch.Generator().manual_seed(head)
+    qkv = torch.randn(3, 32, 3, 4, head, generator=g).to(dtype).permute(2, 0, 3, 1, 4)  # a fused projection's view
+    x = qkv[:2]
+    positions = torch.arange(32).flip(0) % 20
+    for pos in (None, positions):
+        rows = slice(0, 32) if pos is None else pos
+        want = _rotary_reference(x, rot.cos[rows].to(dtype), rot.sin[rows].to(dtype))
+        with torch.no_grad():
+            got = rot(x, pos)
+        assert got.is_contiguous() and torch.equal(got, want)
+        leaf = x.detach().clone().requires_grad_(True)
+        assert torch.equal(rot(leaf, pos), want)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(time_conditioning=True), dict(causal=True), dict(mixer_width=3, mixer_placement="blocks")],
+    ids=["plain", "adaln", "causal", "mixer"],
+)
+def test_inference_forward_equals_the_graph_forward_bit_for_bit(kw):
+    # without a graph the blocks write residuals and the activation into their own buffers: same numbers
+    b = _randomize(Backbone(_cfg(**kw)), std=0.3).eval()
+    x = torch.randint(0, 11, (3, 12))
+    t = torch.rand(3) if kw.get("time_conditioning") else None
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    layout = (torch.rand(12, 12, generator=torch.Generator().manual_seed(3)) < 0.5) | torch.eye(12, dtype=torch.bool)
+    for extra in (dict(), dict(attention_mask=mask), dict(attn_mask=layout, outputs=6)):
+        graph = b(x, t, **extra)
+        assert graph.requires_grad
+        with torch.no_grad():
+            assert torch.equal(b(x, t, **extra), graph)
