@@ -39,7 +39,9 @@ def _our_backbone(B, L, d, layers, heads, vocab, device):
 def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats=5, ceiling: float, device="cpu"):
     """Stage 2: the forward of our backbone (batch ``B``, length ``L``, width ``d``) and of
     ``nn.TransformerEncoder`` of the same size, each as a fraction of ``ceiling`` (FLOP/s, from
-    :func:`harness.bench.measure.gemm_throughput`), and their ratio. Returns three :class:`Figure`."""
+    :func:`harness.bench.measure.gemm_throughput`), and their ratio; then the same ratio for a twin of
+    our backbone with the encoder's erf GELU in place of MDLM's tanh form (a diagnostic: how much of
+    the difference is the activation's CPU kernel). Returns four :class:`Figure`."""
     net, ids = _our_backbone(B, L, d, layers, heads, vocab, device)
     ref = (
         nn.TransformerEncoder(
@@ -53,9 +55,13 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
         .eval()
     )
     h = torch.randn(B, L, d, device=device)
+    erf, _ = _our_backbone(B, L, d, layers, heads, vocab, device)
+    for block in erf.blocks:  # a diagnostic twin: the encoder's activation in place of MDLM's
+        block.mlp[1].approximate = "none"
     with torch.no_grad():
         ours = median_time(lambda: net(ids), repeats, sync=sync_for(device))
         theirs = median_time(lambda: ref(h), repeats, sync=sync_for(device))
+        twin = median_time(lambda: erf(ids), repeats, sync=sync_for(device))
     flops_ours = backbone_flops(B, L, d, layers, vocab)
     flops_ref = backbone_flops(B, L, d, layers, 0)
     frac_ours, frac_ref = flops_ours / ours / ceiling, flops_ref / theirs / ceiling
@@ -83,6 +89,14 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
             "ratio",
             ">= 1.00",
             frac_ours / frac_ref >= 1.0,
+        ),
+        Figure(
+            "forward: backbone with erf GELU over nn.TransformerEncoder (diagnostic: the activation's share)",
+            theirs / twin * flops_ours / flops_ref,
+            "ratio",
+            None,
+            None,
+            {"seconds": twin, "note": "not the model: MDLM's checkpoints need the tanh GELU"},
         ),
     ]
 

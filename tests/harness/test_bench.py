@@ -104,3 +104,15 @@ def test_paper_shapes_bench_runs_at_tiny_shapes_for_every_family(tmp_path):
     assert res.exit_code == 2 and "--compile goes with --preset" in res.output
     script = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0 and script.stat().st_mode & 0o111
+
+
+def test_forward_stage_reports_the_encoder_ratio_and_the_activation_diagnostic():
+    from harness.bench import forward_figures
+
+    figures = forward_figures(B=2, L=16, d=32, layers=2, heads=4, vocab=10, repeats=1, ceiling=1e9)
+    names = [f.name for f in figures]
+    assert names[2] == "forward: backbone over nn.TransformerEncoder (same FLOPs basis)"
+    assert figures[2].target == ">= 1.00" and figures[2].ok in (True, False)
+    diagnostic = figures[3]
+    assert "erf GELU" in diagnostic.name and diagnostic.target is None and diagnostic.ok is None
+    assert diagnostic.value > 0 and diagnostic.detail["seconds"] > 0
