@@ -142,7 +142,9 @@ class DUO(UDLM):
         distill_loss: str = "kl-bwd",
         **kwargs,
     ):
-        if not 0 <= int(curriculum_start) <= int(curriculum_end):
+        # curriculum_end 0 turns the curriculum off, whatever start a preset carries (a distillation
+        # overrides only the end of small/duo's curriculum)
+        if int(curriculum_start) < 0 or (int(curriculum_end) and int(curriculum_start) > int(curriculum_end)):
             raise ConfigError(
                 f"model.curriculum_start={curriculum_start} and model.curriculum_end={curriculum_end} must satisfy "
                 "0 <= start <= end",

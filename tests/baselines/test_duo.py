@@ -128,6 +128,12 @@ def test_a_one_hot_soft_input_embeds_as_its_token(pair):
 def test_bad_curriculum_settings_are_refused():
     with pytest.raises(ConfigError, match="curriculum_start"):
         DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, curriculum_start=5, curriculum_end=2)
+    with pytest.raises(ConfigError, match="curriculum_start"):
+        DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, curriculum_start=-1, curriculum_end=0)
+    off = DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, curriculum_start=220, curriculum_end=0)
+    off.train()
+    off.begin_train_step(0, 10)
+    assert not off.in_curriculum()  # end 0 turns it off, whatever start the preset carried
     with pytest.raises(ConfigError, match="gamma_min"):
         DUO(vocab_size=C, seq_len=L, d_model=16, n_layers=1, n_heads=2, gamma_min=-1.0, gamma_max=-2.0)
 
@@ -197,7 +203,6 @@ def test_a_distillation_run_starts_from_a_trained_duo(tmp_path):
         "train.eval_every=2",
         "train.save_every=2",
         "model.curriculum_end=0",
-        "model.curriculum_start=0",
     ]
     cfg = load_config("tiny/duo", over + ["model.distill=true", f"train.init_from={base.out}", "model.distill_T=8"])
     result = train(cfg, tmp_path / "b", quiet=True)
