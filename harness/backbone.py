@@ -69,12 +69,13 @@ class TokenEmbedding(nn.Module):
 class Rotary(nn.Module):
     """Rotary position embedding (RoFormer) applied to (..., L, Dh) queries and keys.
 
-    Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin). Computed as x * cos'
-    (cos' = (cos_i, cos_i) interleaved), then x2 sin subtracted from the even entries and x1 sin added
-    to the odd ones in place: no copy of x or of its swapped pairs, and the same float operations as
-    x * cos' + swap(x) * (-sin_i, sin_i), bit for bit (x1 cos + x2 (-sin) is x1 cos - x2 sin in IEEE
-    arithmetic). A complex multiply would take one pass, but its scalar tail may fuse a multiply-add
-    and round differently, so it is not used."""
+    Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin), as
+    x * cos' + swap(x) * sin' with cos' = (cos_i, cos_i) and sin' = (-sin_i, sin_i) interleaved.
+    Without a graph it is computed as x * cos' written straight into a contiguous tensor, then x2 sin
+    subtracted from the even entries and x1 sin added to the odd ones in place: no copy of x or of
+    its swapped pairs, and the same float operations bit for bit (x1 cos + x2 (-sin) is
+    x1 cos - x2 sin in IEEE arithmetic). A complex multiply would take one pass, but its scalar tail
+    may fuse a multiply-add and round differently, so it is not used."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0):
         super().__init__()
@@ -90,9 +91,13 @@ class Rotary(nn.Module):
         cos, sin = self.cos[rows].to(x.dtype), self.sin[rows].to(x.dtype)
         cos2 = torch.stack((cos, cos), -1).flatten(-2)
         if torch.is_grad_enabled() and x.requires_grad:
-            out = x.contiguous() * cos2
-        else:  # the product written straight into a contiguous tensor: no copy of x first
-            out = torch.mul(x, cos2, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
+            # training: whole-tensor passes, whose backward vectorises (the strided half passes below
+            # cost a training step about 1%)
+            x = x.contiguous()
+            sin2 = torch.stack((-sin, sin), -1).flatten(-2)
+            return (x * cos2).add_(x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2).mul_(sin2))
+        # no graph: the product written straight into a contiguous tensor, no copy of x or of its pairs
+        out = torch.mul(x, cos2, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
         pairs, parts = x.unflatten(-1, (-1, 2)), out.unflatten(-1, (-1, 2))
         parts[..., 0].sub_(pairs[..., 1] * sin)
         parts[..., 1].add_(pairs[..., 0] * sin)
