@@ -4,6 +4,7 @@ cost in forward passes."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -55,8 +56,8 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
         .eval()
     )
     h = torch.randn(B, L, d, device=device)
-    erf, _ = _our_backbone(B, L, d, layers, heads, vocab, device)
-    for block in erf.blocks:  # a diagnostic twin: the encoder's activation in place of MDLM's
+    erf = copy.deepcopy(net)  # a diagnostic twin, same weights: the encoder's activation in place of MDLM's
+    for block in erf.blocks:
         block.mlp[1].approximate = "none"
     with torch.no_grad():
         ours = median_time(lambda: net(ids), repeats, sync=sync_for(device))
