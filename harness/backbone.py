@@ -71,11 +71,13 @@ class Rotary(nn.Module):
 
     Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin), as
     x * cos' + swap(x) * sin' with cos' = (cos_i, cos_i) and sin' = (-sin_i, sin_i) interleaved.
-    Without a graph it is computed as x * cos' written straight into a contiguous tensor, then x2 sin
-    subtracted from the even entries and x1 sin added to the odd ones in place: no copy of x or of
-    its swapped pairs, and the same float operations bit for bit (x1 cos + x2 (-sin) is
-    x1 cos - x2 sin in IEEE arithmetic). A complex multiply would take one pass, but its scalar tail
-    may fuse a multiply-add and round differently, so it is not used."""
+    Without a graph it takes two whole-tensor products written straight into contiguous tensors,
+    x * cos' and x * (sin_i, sin_i), then subtracts the odd entries of the second from the even
+    entries of the first and adds its even entries to the odd ones, in place: no copy of x or of its
+    swapped pairs, one strided pass per half, and the same float operations bit for bit
+    (x1 cos + x2 (-sin) is x1 cos - x2 sin in IEEE arithmetic). A complex multiply would take one
+    pass, and ``addcmul`` one pass per half, but both fuse a multiply-add in float32 and round
+    differently, so neither is used."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0):
         super().__init__()
@@ -84,9 +86,12 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor | None = None, workspace: Workspace | None = None
+    ) -> torch.Tensor:
         """``positions`` (L,): the position of each row of x (default 0 .. L - 1). x may have any
-        strides (e.g. a view into a fused projection); the result is a new contiguous tensor."""
+        strides (e.g. a view into a fused projection); the result is a contiguous tensor, new or (with
+        a ``workspace``, no graph) the workspace's ``pair`` slot."""
         rows = slice(0, x.shape[-2]) if positions is None else positions
         cos, sin = self.cos[rows].to(x.dtype), self.sin[rows].to(x.dtype)
         cos2 = torch.stack((cos, cos), -1).flatten(-2)
@@ -96,12 +101,48 @@ class Rotary(nn.Module):
             x = x.contiguous()
             sin2 = torch.stack((-sin, sin), -1).flatten(-2)
             return (x * cos2).add_(x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2).mul_(sin2))
-        # no graph: the product written straight into a contiguous tensor, no copy of x or of its pairs
-        out = torch.mul(x, cos2, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
-        pairs, parts = x.unflatten(-1, (-1, 2)), out.unflatten(-1, (-1, 2))
-        parts[..., 0].sub_(pairs[..., 1] * sin)
-        parts[..., 1].add_(pairs[..., 0] * sin)
+        # no graph: both products written straight into contiguous tensors, no copy of x or of its pairs
+        out = torch.mul(x, cos2, out=_buffer(workspace, "pair", x.shape, x))
+        products = torch.mul(x, torch.stack((sin, sin), -1).flatten(-2), out=_buffer(workspace, "tmp", x.shape, x))
+        parts, sines = out.unflatten(-1, (-1, 2)), products.unflatten(-1, (-1, 2))
+        parts[..., 0].sub_(sines[..., 1])
+        parts[..., 1].add_(sines[..., 0])
         return out
+
+
+class Workspace:
+    """Memory that one forward pass without a graph lends from block to block.
+
+    Every block makes intermediates of the same sizes: the fused projection, the rotated queries and
+    keys, the attention output and the MLP's hidden layer. Asked for fresh each time, the allocator
+    often hands back pages the kernel must fault in again (tens of thousands per forward at the
+    bench's shape). Here three flat slots are reused instead, each intermediate taking a slot that no
+    live tensor holds at that point of :meth:`Block.forward`, so the peak stays about what a block
+    needed before. Reuse changes no number: the same kernels write the same values."""
+
+    def __init__(self) -> None:
+        self._slots: dict[str, torch.Tensor] = {}
+
+    @staticmethod
+    def usable(h: torch.Tensor) -> bool:
+        """Whether a pass over ``h`` may use one: no graph (autograd keeps its intermediates) and no
+        autocast (an ``out=`` product is not autocast, so it would run in the buffer's dtype)."""
+        return not torch.is_grad_enabled() and not torch.is_autocast_enabled(h.device.type)
+
+    def take(self, slot: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """A tensor of ``shape`` (``like``'s dtype and device) over slot ``slot``'s memory; what the
+        slot held before is overwritten by whoever writes into it."""
+        n = math.prod(shape)
+        buf = self._slots.get(slot)
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._slots[slot] = torch.empty(n, dtype=like.dtype, device=like.device)
+        return buf[:n].view(shape)
+
+
+def _buffer(workspace: Workspace | None, slot: str, shape, like: torch.Tensor) -> torch.Tensor:
+    if workspace is None:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    return workspace.take(slot, tuple(shape), like)
 
 
 class NeighbourMixer(nn.Module):
@@ -206,20 +247,27 @@ class Block(nn.Module):
         positions: torch.Tensor | None = None,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
         queries: int | None = None,
+        workspace: Workspace | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | torch.Tensor:
         """``past``: keys and values (B, H, P, Dh) of earlier positions that every query attends to;
         with it, the new keys and values (past included) come back beside the output. ``queries``:
-        the outputs of the first that many positions only (every position is still a key)."""
+        the outputs of the first that many positions only (every position is still a key).
+        ``workspace`` (no graph, no autocast; :meth:`Workspace.usable`): the intermediates go into its
+        slots, ``wide`` for the projection and then the MLP's hidden layer, ``pair`` for the rotated
+        queries and keys and then the attention's projection, ``tmp`` for the rotation's sine products
+        and then the attention output; the output itself is always a new tensor."""
         B, L, D = h.shape
         inplace = not torch.is_grad_enabled()  # no graph to keep: reuse the buffers this block made
+        ws = workspace
         if self.adaln is not None:
             shift1, scale1, gate1, shift2, scale2, gate2 = self.adaln(c).chunk(6, dim=-1)
         x = self.norm1(h)
         if self.adaln is not None:
             x = _modulate(x, shift1, scale1)
-        qkv = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        qkv = self._linear(self.qkv, x, ws, "wide")
+        qkv = qkv.view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
         # one rotary pass over queries and keys, read from the projection: (2, B, H, L, Dh), contiguous
-        q, k = self.rotary(qkv[:2], positions).unbind(0)
+        q, k = self.rotary(qkv[:2], positions, ws).unbind(0)
         v = qkv[2]
         if past is not None:
             k, v = torch.cat((past[0], k), 2), torch.cat((past[1], v), 2)
@@ -236,23 +284,44 @@ class Block(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=self.causal and attn_mask is None and past is None,
         )
-        a = self.drop(self.proj(a.transpose(1, 2).reshape(B, L, D)))
+        a = a.transpose(1, 2)  # (B, L, H, Dh); the rotated queries and keys are dead from here
+        a = a.reshape(B, L, D) if ws is None else ws.take("tmp", tuple(a.shape), a).copy_(a).view(B, L, D)
+        a = self.drop(self._linear(self.proj, a, ws, "pair"))
         h = _residual(h, a, gate1 if self.adaln is not None else None, inplace)
         x = self.norm2(h)
         if self.adaln is not None:
             x = _modulate(x, shift2, scale2)
         fc1, act, fc2 = self.mlp
-        m = fc1(x)
+        m = self._linear(fc1, x, ws, "wide")  # the projection (and so v) is dead from here
         m = torch.ops.aten.gelu_(m, approximate=act.approximate) if inplace else act(m)
         m = self.drop(fc2(m))
         out = _residual(h, m, gate2 if self.adaln is not None else None, inplace)
         return out if past is None else (out, (k, v))
 
+    @staticmethod
+    def _linear(layer: nn.Linear, x: torch.Tensor, ws: Workspace | None, slot: str) -> torch.Tensor:
+        """``layer(x)``, or with a workspace the same product (the kernel ``F.linear`` runs on the
+        flattened rows) written into ``slot``."""
+        if ws is None:
+            return layer(x)
+        rows = x.reshape(-1, x.shape[-1])
+        out = ws.take(slot, (rows.shape[0], layer.out_features), x)
+        if layer.bias is None:
+            torch.mm(rows, layer.weight.t(), out=out)
+        else:
+            torch.addmm(layer.bias, rows, layer.weight.t(), out=out)
+        return out.view(*x.shape[:-1], layer.out_features)
+
 
 def _residual(h: torch.Tensor, branch: torch.Tensor, gate: torch.Tensor | None, inplace: bool) -> torch.Tensor:
     """h + gate * branch (gate (B, D) or None). ``inplace``: written into ``branch``, a tensor the
-    caller made and no graph needs (the same sums: products and sums commute bit for bit)."""
-    if not inplace:
+    caller made and no graph needs (the same sums: products and sums commute bit for bit), unless the
+    sum's dtype is wider than ``branch``'s (under autocast a bf16 branch joins a float32 stream, which
+    must stay float32)."""
+    wider = torch.promote_types(h.dtype, branch.dtype)
+    if gate is not None:
+        wider = torch.promote_types(wider, gate.dtype)
+    if not inplace or wider != branch.dtype:
         return h + (gate[:, None] * branch if gate is not None else branch)
     if gate is not None:
         branch.mul_(gate[:, None])
@@ -343,11 +412,13 @@ class Backbone(nn.Module):
         if mask is not None:
             # a row with no visible key would give NaN; let padded queries see themselves
             mask = mask | torch.eye(L, dtype=torch.bool, device=h.device)
+        ws = Workspace() if Workspace.usable(h) else None  # blocks reuse one another's intermediates
         for i, block in enumerate(self.blocks):
             if self.block_mixers is not None:
                 h = self.block_mixers[i](h, attention_mask, mixer_sources)
             last = i == len(self.blocks) - 1
-            h = block(h, c, mask, positions, queries=outputs if last else None)  # later positions: keys only
+            # later positions: keys only
+            h = block(h, c, mask, positions, queries=outputs if last else None, workspace=ws)
         return self.final(h, c).float()
 
     def _embed(self, inputs: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
@@ -389,11 +460,12 @@ class Backbone(nn.Module):
             new_tails.append(h)
             h = self.mixer.extend(h, tails[0])
         offset = 1 if self.mixer is not None else 0
+        ws = Workspace() if Workspace.usable(h) else None
         for i, block in enumerate(self.blocks):
             if self.block_mixers is not None:
                 new_tails.append(h)
                 h = self.block_mixers[i].extend(h, tails[offset + i])
-            h, kv = block(h, None, None, positions, cache.past(i, rows, h, block.n_heads))
+            h, kv = block(h, None, None, positions, cache.past(i, rows, h, block.n_heads), workspace=ws)
             new_kv.append(kv)
         if store:
             cache.store(new_kv, new_tails, [m.left for m in mixers])

@@ -90,6 +90,18 @@ def median_time(
     return statistics.median(times)
 
 
+def minor_faults(fn: Callable[[], Any]) -> int | None:
+    """Minor page faults of this process during one ``fn()`` (memory the allocator handed back
+    fresh, which the kernel maps in page by page); None where ``resource`` is missing (Windows)."""
+    try:
+        import resource  # deferred: POSIX only
+    except ImportError:
+        return None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def block_matmuls(tokens: int, d: int, mlp: int = 4) -> list[tuple[int, int, int]]:
     """(M, K, N) of one transformer block's GEMMs: fused QKV, output projection, MLP up and down."""
     return [(tokens, d, 3 * d), (tokens, d, d), (tokens, d, mlp * d), (tokens, mlp * d, d)]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from harness.backbone import Backbone, BackboneConfig
-from harness.bench.measure import C_GPT2, Figure, PeakRSS, block_matmuls, median_time, sync_for
+from harness.bench.measure import C_GPT2, Figure, PeakRSS, block_matmuls, median_time, minor_faults, sync_for
 from harness.evaluation.duel import Policy, duel_nll
 from harness.models import build_model, family_class, family_names
 from harness.resources import inference_for_model, training_step_bytes
@@ -63,6 +63,7 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
         ours = median_time(lambda: net(ids), repeats, sync=sync_for(device))
         theirs = median_time(lambda: ref(h), repeats, sync=sync_for(device))
         twin = median_time(lambda: erf(ids), repeats, sync=sync_for(device))
+        faults_ours, faults_ref = minor_faults(lambda: net(ids)), minor_faults(lambda: ref(h))
     flops_ours = backbone_flops(B, L, d, layers, vocab)
     flops_ref = backbone_flops(B, L, d, layers, 0)
     frac_ours, frac_ref = flops_ours / ours / ceiling, flops_ref / theirs / ceiling
@@ -74,7 +75,7 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
             "fraction",
             ">= 0.70",
             frac_ours >= 0.70,
-            dict(shape, seconds=ours, gflops=flops_ours / 1e9),
+            dict(shape, seconds=ours, gflops=flops_ours / 1e9, page_faults_per_forward=faults_ours),
         ),
         Figure(
             "forward: nn.TransformerEncoder / GEMM ceiling",
@@ -82,7 +83,7 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
             "fraction",
             None,
             None,
-            dict(shape, seconds=theirs, gflops=flops_ref / 1e9),
+            dict(shape, seconds=theirs, gflops=flops_ref / 1e9, page_faults_per_forward=faults_ref),
         ),
         Figure(
             "forward: backbone over nn.TransformerEncoder (same FLOPs basis)",

@@ -163,3 +163,77 @@ def test_inference_forward_equals_the_graph_forward_bit_for_bit(kw):
         assert graph.requires_grad
         with torch.no_grad():
             assert torch.equal(b(x, t, **extra), graph)
+
+
+def _storages(ws):
+    return {t.untyped_storage().data_ptr() for t in ws._slots.values()}
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(time_conditioning=True)], ids=["plain", "adaln"])
+def test_blocks_share_one_workspace_and_return_their_own_output(kw):
+    from harness.backbone import Workspace
+
+    b = _randomize(Backbone(_cfg(n_layers=3, **kw)), std=0.3).eval()
+    h = torch.randn(2, 12, 32)
+    c = torch.randn(2, 64) if kw else None
+    ws = Workspace()
+    with torch.no_grad():
+        want = [blk(h, c, None) for blk in b.blocks]  # each block on its own, fresh memory
+        first = b.blocks[0](h, c, None, workspace=ws)
+        slots = _storages(ws)
+        assert set(ws._slots) == {"wide", "pair", "tmp"}
+        later = [blk(h, c, None, workspace=ws) for blk in b.blocks[1:]]
+    assert _storages(ws) == slots  # the later blocks wrote into the first block's memory
+    for got, exp in zip([first, *later], want, strict=True):
+        assert torch.equal(got, exp)
+        assert got.untyped_storage().data_ptr() not in slots  # the output is the caller's, not a slot
+    assert torch.equal(first, want[0])  # still intact after the later blocks reused the slots
+
+
+def test_key_values_from_a_workspace_block_are_new_tensors():
+    from harness.backbone import KVCache, Workspace
+
+    b = _randomize(Backbone(_cfg()), std=0.3).eval()
+    x = torch.randint(0, 11, (2, 8))
+    cache, ws = KVCache(), Workspace()
+    with torch.no_grad():
+        h = b._embed(x[:, :4], torch.arange(4))
+        out, (k, v) = b.blocks[0](h, None, None, torch.arange(4), cache.past(0, None, h, 4), workspace=ws)
+    assert not ({k.untyped_storage().data_ptr(), v.untyped_storage().data_ptr()} & _storages(ws))
+    # and the cached sampler's pass equals the whole forward under the block-causal layout
+    layout = torch.ones(8, 8, dtype=torch.bool)
+    layout[:4, 4:] = False
+    with torch.no_grad():
+        whole = b(x, attn_mask=layout)
+        b.extend(x[:, :4], cache, store=True)
+        torch.testing.assert_close(b.extend(x[:, 4:], cache), whole[:, 4:])
+
+
+def test_workspace_only_without_graph_or_autocast():
+    from harness.backbone import Workspace
+
+    h = torch.randn(2, 3)
+    assert not Workspace.usable(h)  # autograd keeps the intermediates
+    with torch.no_grad():
+        assert Workspace.usable(h)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not Workspace.usable(h)  # out= products are not autocast
+    b = _randomize(Backbone(_cfg()), std=0.3).eval()
+    x = torch.randint(0, 11, (2, 12))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        amp = b(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(b(x).detach(), amp)  # the no-graph pass under autocast is the graph pass's
+
+
+def test_workspace_slot_grows_and_follows_dtype():
+    from harness.backbone import Workspace
+
+    ws = Workspace()
+    a = ws.take("s", (2, 3), torch.empty(0))
+    b = ws.take("s", (4, 3), torch.empty(0))
+    assert b.shape == (4, 3) and b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+    c = ws.take("s", (2, 2), torch.empty(0))
+    assert c.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # smaller: the same memory
+    d = ws.take("s", (2, 2), torch.empty(0, dtype=torch.float64))
+    assert d.dtype == torch.float64
