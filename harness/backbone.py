@@ -125,9 +125,15 @@ class Workspace:
 
     @staticmethod
     def usable(h: torch.Tensor) -> bool:
-        """Whether a pass over ``h`` may use one: no graph (autograd keeps its intermediates) and no
-        autocast (an ``out=`` product is not autocast, so it would run in the buffer's dtype)."""
-        return not torch.is_grad_enabled() and not torch.is_autocast_enabled(h.device.type)
+        """Whether a pass over ``h`` may use one: no graph (autograd keeps its intermediates), no
+        autocast (an ``out=`` product is not autocast, so it would run in the buffer's dtype), and not
+        under ``torch.compile`` (which plans its own buffers and cannot trace writes into views of a
+        flat slot)."""
+        return (
+            not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled(h.device.type)
+            and not torch.compiler.is_compiling()
+        )
 
     def take(self, slot: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A tensor of ``shape`` (``like``'s dtype and device) over slot ``slot``'s memory; what the

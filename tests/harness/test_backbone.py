@@ -1,3 +1,5 @@
+import shutil
+
 import pytest
 import torch
 
@@ -237,3 +239,13 @@ def test_workspace_slot_grows_and_follows_dtype():
     assert c.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # smaller: the same memory
     d = ws.take("s", (2, 2), torch.empty(0, dtype=torch.float64))
     assert d.dtype == torch.float64
+
+
+@pytest.mark.skipif(not any(map(shutil.which, ("cc", "gcc", "g++"))), reason="inductor needs a C compiler")
+def test_torch_compile_traces_the_no_graph_forward():
+    # the paper-shapes bench's --compile: compiled code plans its own buffers, so no workspace there
+    b = _randomize(Backbone(_cfg()), std=0.3).eval()
+    x = torch.randint(0, 11, (2, 12))
+    compiled = torch.compile(b)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), b(x))

@@ -41,7 +41,12 @@ def _check_scores(model, seed: int, rows: int, *, scale: bool):
     t = torch.tensor([0.05, 0.5, 0.95])
     with torch.no_grad():
         ours = model.log_scores(ids, t)
-    torch.testing.assert_close(ours, _reference_scores(seed, rows, ids, t, scale=scale), atol=3e-5, rtol=1e-5)
+    want = _reference_scores(seed, rows, ids, t, scale=scale)
+    # float32 through two blocks in another op order: the difference is rounding that scales with the
+    # largest score (5e-5 of scores up to 7.8 on one CPU, under 3e-5 on another); a wrong
+    # term moves scores by far more
+    scale_of = float(want[torch.isfinite(want)].abs().max())
+    torch.testing.assert_close(ours, want, atol=2e-5 * max(scale_of, 1.0), rtol=1e-5)
 
 
 def test_absorbing_release_loads_as_sedd(absorb_folder):
