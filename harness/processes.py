@@ -583,17 +583,48 @@ class Hybrid(ForwardProcess):
         """GIDD's form: w_t(z) [KL(q_t(. | x_0) || q_t(. | x_theta)) + R - log R - 1] (class
         docstring), float64, one pass over the V states, per unit of the time whose d alpha / dt is
         ``alpha_prime`` (GIDD's clock's own in the family, where the factor is 1). x_theta puts no
-        mass on the mask (GIDD sets that logit to -inf)."""
+        mass on the mask (GIDD sets that logit to -inf).
+
+        Without a graph (evaluation) the KL is summed from one float64 (..., V) tensor instead of about
+        a dozen (:meth:`_kl_in_place`), the graph form's numbers bit for bit
+        (tests/harness/test_processes.py)."""
         dtype = torch.float64
+        if x0.is_floating_point():
+            raise InputError("Hybrid.elbo_integrand takes clean token ids x0, not probabilities")
         a = torch.as_tensor(alpha, dtype=dtype, device=x0.device).expand(x0.shape)
-        q_x = self.marginal(x0, a, dtype=dtype)
-        q_theta = self.marginal(log_x_theta.to(dtype).exp(), a, dtype=dtype)
-        kl = (torch.xlogy(q_x, q_x) - torch.xlogy(q_x, q_theta)).sum(-1)
-        at_x = q_x.gather(-1, z_t[..., None])[..., 0]
-        log_r = torch.log(at_x) - torch.log(q_theta.gather(-1, z_t[..., None])[..., 0])
+        if torch.is_grad_enabled() and log_x_theta.requires_grad:  # training: the graph needs every tensor
+            q_x = self.marginal(x0, a, dtype=dtype)
+            q_theta = self.marginal(log_x_theta.to(dtype).exp(), a, dtype=dtype)
+            at_x, at_theta = (q.gather(-1, z_t[..., None])[..., 0] for q in (q_x, q_theta))
+            kl = (torch.xlogy(q_x, q_x) - torch.xlogy(q_x, q_theta)).sum(-1)
+        else:
+            kl, at_x, at_theta = self._kl_in_place(log_x_theta, x0, z_t, a)
+        log_r = torch.log(at_x) - torch.log(at_theta)
         weight = self.rate_into(z_t, a, torch.as_tensor(alpha_prime, dtype=dtype).expand(x0.shape)) / at_x
         out = weight * (kl + torch.expm1(log_r) - log_r)
         return torch.where(at_x > 0, out, torch.zeros_like(out))
+
+    def _kl_in_place(self, log_x_theta, x0, z_t, a):
+        """KL(q_t(. | x_0) || q_t(. | x_theta)) (...), q_t(z_t | x_0) and q_t(z_t | x_theta), with one
+        float64 (..., V) tensor and no graph. q_t(. | x_0) takes three values, (beta pi)_t on a token,
+        alpha + (beta pi)_t at x_0 and (beta pi)_t on the mask, so it is never formed: each of the V
+        terms xlogy(q_x, q_x) - xlogy(q_x, q_theta) is computed from the same operands as in the whole
+        tensors and summed over all V, mask column included, so the sum rounds as before."""
+        dtype, C = torch.float64, self.categories
+        token, mask = self._masses(a, dtype=dtype, device=x0.device)
+        stay = a + token  # alpha 1 + (beta pi)_t: q_t(x_0 | x_0)
+        terms = torch.empty(*x0.shape, C + 1, dtype=dtype, device=x0.device)
+        body = terms[..., :C]
+        body.copy_(log_x_theta).exp_().mul_(a[..., None]).add_(token[..., None])  # alpha x_theta + (beta pi)_t
+        terms[..., C] = mask  # alpha 0 + (beta pi)_t(mask)
+        at_theta = terms.gather(-1, z_t[..., None])[..., 0]
+        theta_x0 = terms.gather(-1, x0[..., None])[..., 0]
+        at_x = torch.where(z_t == C, mask, torch.where(z_t == x0, stay, token))
+        torch.xlogy(token[..., None], body, out=body)
+        torch.sub(torch.xlogy(token, token)[..., None], body, out=body)
+        terms[..., C] = torch.xlogy(mask, mask) - torch.xlogy(mask, mask)
+        terms.scatter_(-1, x0[..., None], (torch.xlogy(stay, stay) - torch.xlogy(stay, theta_x0))[..., None])
+        return terms.sum(-1), at_x, at_theta
 
     def noise(self, clean, hit, *, generator=None, alpha=None):
         """Hit units become the mask with probability t / (t + c_t), else a uniform token."""

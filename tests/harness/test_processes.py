@@ -330,3 +330,32 @@ def test_euler_step_is_a_law_and_moves_at_the_reverse_rate(process: ForwardProce
     y = (z + 1) % process.states
     rate = sigma * process.prior(dtype=F64)[z] * log_s.exp().gather(-1, y[:, None])[:, 0]
     assert torch.allclose(p.gather(-1, y[:, None])[:, 0], dt * rate)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("categories", [5, 31, 32, 37, 300])
+def test_hybrid_integrand_in_place_equals_the_graph_form_bit_for_bit(dtype, categories):
+    # GIDD's committed numbers: evaluation's in-place form gives the training (graph) form's bits
+    g = torch.Generator().manual_seed(categories)
+    for p_uniform in (0.0, 0.1, 0.5):
+        p = Hybrid(categories, p_uniform)
+        log_x = torch.log_softmax(3 * torch.randn(3, 9, categories, generator=g), -1).to(dtype)
+        x0 = torch.randint(0, categories, (3, 9), generator=g)
+        z = torch.where(
+            torch.rand(3, 9, generator=g) < 0.4,
+            torch.full_like(x0, categories),
+            torch.randint(0, categories, (3, 9), generator=g),
+        )
+        z[0, :3] = x0[0, :3]  # the state at x_0 too
+        for alpha in (torch.rand(3, 1, generator=g) * 0.98 + 0.01, torch.rand(3, 9, generator=g), torch.tensor(0.3)):
+            rate = -torch.rand(alpha.shape, generator=g)
+            with torch.no_grad():
+                got = p.elbo_integrand(log_x, x0, z, alpha, rate)
+            graph = p.elbo_integrand(log_x.detach().requires_grad_(), x0, z, alpha, rate)
+            assert graph.requires_grad and torch.equal(got, graph.detach())
+
+
+def test_hybrid_integrand_takes_token_ids():
+    p = Hybrid(5, 0.1)
+    with pytest.raises(InputError, match="token ids"):
+        p.elbo_integrand(torch.zeros(2, 5), torch.full((2, 5), 0.2), torch.zeros(2, dtype=torch.long), 0.5, -1.0)
