@@ -391,8 +391,12 @@ class Uniform(ForwardProcess):
         a = a.expand(x0.shape)
         scale, shift = C * a[..., None], (1 - a)[..., None]
         grad = log_x_theta.requires_grad  # training: out of place, so that backward has what it saved
-        xbar_theta = log_x_theta.to(dtype).exp()  # a new tensor, which evaluation then reuses in place
-        xbar_theta = xbar_theta * scale + shift if grad else xbar_theta.mul_(scale).add_(shift)
+        if grad:
+            xbar_theta = log_x_theta.to(dtype).exp() * scale + shift
+        else:  # one new float64 tensor (the cast, when it makes one), reused in place from there on
+            xbar_theta = log_x_theta.to(dtype)
+            xbar_theta = xbar_theta.exp() if xbar_theta is log_x_theta else xbar_theta.exp_()
+            xbar_theta.mul_(scale).add_(shift)
         theta_z = xbar_theta.gather(-1, z_t[..., None]).squeeze(-1)
         theta_x = xbar_theta.gather(-1, x0[..., None]).squeeze(-1)
         log_sum = (torch.log(xbar_theta) if grad else xbar_theta.log_()).sum(-1)

@@ -359,3 +359,20 @@ def test_hybrid_integrand_takes_token_ids():
     p = Hybrid(5, 0.1)
     with pytest.raises(InputError, match="token ids"):
         p.elbo_integrand(torch.zeros(2, 5), torch.full((2, 5), 0.2), torch.zeros(2, dtype=torch.long), 0.5, -1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_uniform_integrand_in_place_equals_the_graph_form_bit_for_bit(dtype):
+    # UDLM's and DUO's evaluation reuses its one float64 tensor in place: the training form's bits
+    g = torch.Generator().manual_seed(5)
+    p = Uniform(40)
+    log_x = torch.log_softmax(3 * torch.randn(3, 9, 40, generator=g), -1).to(dtype)
+    x0 = torch.randint(0, 40, (3, 9), generator=g)
+    z = torch.where(torch.rand(3, 9, generator=g) < 0.5, x0, torch.randint(0, 40, (3, 9), generator=g))
+    alpha, rate = torch.rand(3, 1, generator=g) * 0.98 + 0.01, -torch.rand(3, 1, generator=g)
+    before = log_x.clone()
+    with torch.no_grad():
+        got = p.elbo_integrand(log_x, x0, z, alpha, rate)
+    assert torch.equal(log_x, before)  # the caller's tensor is left alone, float64 included
+    graph = p.elbo_integrand(log_x.detach().requires_grad_(), x0, z, alpha, rate)
+    assert graph.requires_grad and torch.equal(got, graph.detach())
