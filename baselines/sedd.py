@@ -102,15 +102,27 @@ class SEDD(MaskedDiffusion):
     def log_scores(self, z_t: torch.Tensor, t: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """(B, L) states, t (B,) -> (B, L, V) log s_theta(z_t)_y (float32), 0 at y = z_t."""
         raw = self.backbone(z_t, t, attention_mask).float()
-        out = raw.shape[-1]
-        if out == self.vocab_size and self.process.has_mask:  # our network scores the C tokens only
-            raw = F.pad(raw, (0, 1))
-        raw = raw[..., : self.process.states]
+        pad = raw.shape[-1] == self.vocab_size and self.process.has_mask  # our network scores the C tokens only
+        shift = None
         if self.scale_by_sigma:
             alpha = self.schedule.alpha(t.double())
-            shift = torch.log((1 - alpha) / alpha) + math.log(self.process.states - 1)
-            raw = raw - shift.to(raw.dtype)[:, None, None]
-        return raw.scatter(-1, z_t[..., None], 0.0)
+            shift = (torch.log((1 - alpha) / alpha) + math.log(self.process.states - 1)).to(raw.dtype)[:, None, None]
+        if torch.is_grad_enabled() and raw.requires_grad:
+            raw = F.pad(raw, (0, 1)) if pad else raw
+            raw = raw[..., : self.process.states]
+            raw = raw if shift is None else raw - shift
+            return raw.scatter(-1, z_t[..., None], 0.0)
+        # evaluation and sampling: the same numbers written into one new tensor (0 - shift on the pad)
+        raw = raw[..., : self.process.states]
+        width = raw.shape[-1]
+        out = torch.empty(*raw.shape[:-1], width + int(pad), dtype=raw.dtype, device=raw.device)
+        if shift is None:
+            out[..., :width] = raw
+        else:
+            torch.sub(raw, shift, out=out[..., :width])
+        if pad:
+            out[..., width:] = 0.0 if shift is None else torch.zeros((), dtype=raw.dtype) - shift
+        return out.scatter_(-1, z_t[..., None], 0.0)
 
     def sampler_log_scores(self, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """(B, L, 1) states, t (B,) -> (B, L, V) log-scores (the score samplers' call)."""

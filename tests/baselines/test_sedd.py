@@ -20,6 +20,7 @@ import torch
 
 from harness.errors import ConfigError, PrimebenchError
 from harness.models import build_model
+from harness.processes import _logsumexp_
 from harness.sampling import generate
 from harness.sampling.scores import SEDD_T_END
 from tests.toys import randomize
@@ -253,3 +254,31 @@ def test_config_refusals():
         build_model("sedd", vocab_size=5, seq_len=4, time_conditioning=False)
     with pytest.raises(ConfigError, match="scale_by_sigma"):
         build_model("sedd-uniform", vocab_size=5, seq_len=4, scale_by_sigma=True)
+
+
+@pytest.mark.parametrize("family,scale", [("sedd", True), ("sedd", False), ("sedd-uniform", False)])
+def test_no_graph_scores_and_score_entropy_equal_the_graph_forms_bit_for_bit(family, scale):
+    # evaluation writes the scores into one tensor and consumes one float64 copy: the same bits
+    model = build_model(family, scale_by_sigma=scale, vocab_size=37, seq_len=16, d_model=32, n_layers=2, n_heads=4)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3, generator=g)
+    model.eval()
+    z = torch.randint(0, model.process.states, (3, 16), generator=g)
+    x0 = torch.randint(0, 37, (3, 16), generator=g)
+    t = torch.rand(3, generator=g)
+    alpha, rate = torch.rand(3, 1, generator=g).double(), -torch.rand(3, 1, generator=g).double()
+    with torch.no_grad():
+        fast = model.log_scores(z, t)
+        fast_entropy = model.process.score_entropy(fast, x0, z, alpha, rate)
+    graph = model.log_scores(z, t)
+    assert graph.requires_grad and torch.equal(fast, graph.detach())
+    assert torch.equal(fast_entropy, model.process.score_entropy(graph, x0, z, alpha, rate).detach())
+
+
+def test_logsumexp_in_place_is_torchs():
+    x = 5 * torch.randn(4, 6, 33, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    x[0, 0] = -torch.inf  # an empty row
+    x[0, 1, 3] = torch.inf
+    assert torch.equal(_logsumexp_(x.clone()), torch.logsumexp(x, -1))
