@@ -425,11 +425,15 @@ class Uniform(ForwardProcess):
         dtype = torch.float64
         C = float(self.categories)
         a = torch.as_tensor(alpha, dtype=dtype, device=x0.device).expand(x0.shape)
+        graph = torch.is_grad_enabled() and log_score.requires_grad
         log_s = log_score.to(dtype)
+        if not graph and log_s is log_score:
+            log_s = log_s.clone()  # consumed in place below; the caller's tensor stays
         log_s_z = log_s.gather(-1, z_t[..., None]).squeeze(-1)
         log_s_x = log_s.gather(-1, x0[..., None]).squeeze(-1)
-        total = torch.logsumexp(log_s, dim=-1).exp() - log_s_z.exp()
         logs = log_s.sum(-1) - log_s_z
+        # evaluation: the float64 copy is consumed by the log-sum-exp, one (..., V) tensor fewer
+        total = (torch.logsumexp(log_s, dim=-1) if graph else _logsumexp_(log_s)).exp() - log_s_z.exp()
         rho = (1 - a) / (C * a + 1 - a)
         big = 1 + C * a / (1 - a)
         same = total - (C - 1) * rho + (C - 1) * torch.xlogy(rho, rho) - rho * logs
