@@ -115,7 +115,8 @@ def fused_prime_terms(
     x = restricted_padded_logits(logits, y_t, C=C, base=base, ell=ell, carry_over=carry_over)
     # finite: V(y_t^i) is never empty; detached, as the terms do not depend on it (training's backward)
     top = x.detach().amax(-1, keepdim=True)
-    e = torch.exp(x - top)
+    e = x - top
+    e = torch.exp(e) if torch.is_grad_enabled() and e.requires_grad else e.exp_()  # evaluation: no second copy
     sums, total = digit_sums(e, base=base, ell=ell) if "subtoken" in estimators else (None, e.sum(-1, keepdim=True))
     out = []
     for name in estimators:

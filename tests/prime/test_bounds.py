@@ -266,6 +266,10 @@ def test_fused_terms_equal_the_log_softmax_and_scatter_path(C, ell, carry_over):
     )
     assert torch.allclose(sub, subtoken_nll_terms(log_p, y0, masked, base, ell), atol=1e-5)
     assert torch.allclose(joint, token_joint_nll_terms(log_p, x0, masked), atol=1e-5)
+    # training's graph form (exp out of place) gives evaluation's numbers (exp in place) bit for bit
+    kw = dict(C=C, base=base, ell=ell, carry_over=carry_over, estimators=["subtoken", "token_joint"])
+    graph = fused_prime_terms(logits.clone().requires_grad_(), y_t, x0, y0, masked, **kw)
+    assert all(g.requires_grad and torch.equal(g.detach(), f) for g, f in zip(graph, (sub, joint), strict=True))
     # the marginals against a loop over classes
     table = digit_table(C, base, ell)
     marg = subtoken_log_marginals(log_p, base=base, ell=ell)
