@@ -71,13 +71,18 @@ class Rotary(nn.Module):
 
     Pairs (2i, 2i + 1) rotate by angle_i: (x1 cos - x2 sin, x2 cos + x1 sin), as
     x * cos' + swap(x) * sin' with cos' = (cos_i, cos_i) and sin' = (-sin_i, sin_i) interleaved.
-    Without a graph it takes two whole-tensor products written straight into contiguous tensors,
-    x * cos' and x * (sin_i, sin_i), then subtracts the odd entries of the second from the even
-    entries of the first and adds its even entries to the odd ones, in place: no copy of x or of its
-    swapped pairs, one strided pass per half, and the same float operations bit for bit
-    (x1 cos + x2 (-sin) is x1 cos - x2 sin in IEEE arithmetic). A complex multiply would take one
-    pass, and ``addcmul`` one pass per half, but both fuse a multiply-add in float32 and round
-    differently, so neither is used."""
+
+    Without a graph it takes two passes and no copy of x. First x * cos' is written into a dense
+    tensor whose dimensions lie in memory in x's order (for a view of the fused projection that is
+    (B, L, 2, H, Dh), so the attention's output comes back already in (B, L, H, Dh) order and needs
+    no copy). Then, each pair read as one complex number z = x1 + i x2, ``addcmul_`` adds
+    z * (i sin) = (-x2 sin, x1 sin) to it. That product is exact whichever way the kernel fuses it
+    (one factor of each of its products is zero), so the sums round as x1 cos - x2 sin and
+    x2 cos + x1 sin do: the same values bit for bit; an entry of x that is exactly zero may leave a
+    zero of the other sign, which no later operation tells apart. A full complex multiply by
+    (cos + i sin) would be one pass, but its scalar tail fuses a multiply-add and rounds
+    differently. Half-precision inputs (no complex kernels) take x * (sin, sin) as a second
+    product and one strided pass per half."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0):
         super().__init__()
@@ -90,24 +95,45 @@ class Rotary(nn.Module):
         self, x: torch.Tensor, positions: torch.Tensor | None = None, workspace: Workspace | None = None
     ) -> torch.Tensor:
         """``positions`` (L,): the position of each row of x (default 0 .. L - 1). x may have any
-        strides (e.g. a view into a fused projection); the result is a contiguous tensor, new or (with
-        a ``workspace``, no graph) the workspace's ``pair`` slot."""
+        strides (e.g. a view into a fused projection). With a graph the result is contiguous; without
+        one it is dense and laid out in x's dimension order (contiguous when x is), a new tensor or,
+        with a ``workspace``, the workspace's ``pair`` slot."""
         rows = slice(0, x.shape[-2]) if positions is None else positions
         cos, sin = self.cos[rows].to(x.dtype), self.sin[rows].to(x.dtype)
         cos2 = torch.stack((cos, cos), -1).flatten(-2)
-        if torch.is_grad_enabled() and x.requires_grad:
+        if (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling():
             # training: whole-tensor passes, whose backward vectorises (the strided half passes below
-            # cost a training step about 1%)
+            # cost a training step about 1%); torch.compile fuses these into one kernel and has no
+            # complex kernels
             x = x.contiguous()
             sin2 = torch.stack((-sin, sin), -1).flatten(-2)
             return (x * cos2).add_(x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2).mul_(sin2))
-        # no graph: both products written straight into contiguous tensors, no copy of x or of its pairs
-        out = torch.mul(x, cos2, out=_buffer(workspace, "pair", x.shape, x))
-        products = torch.mul(x, torch.stack((sin, sin), -1).flatten(-2), out=_buffer(workspace, "tmp", x.shape, x))
+        # no graph: x * cos' in x's own memory order, then the pairs' sine terms added in one pass
+        out = torch.mul(x, cos2, out=_dense_like(workspace, "pair", x))
+        if _complex_view_ok(x):
+            turn = torch.complex(torch.zeros_like(sin), sin)  # i sin_i, one per pair
+            _as_complex(out).addcmul_(_as_complex(x), turn)
+            return out
+        products = torch.mul(x, torch.stack((sin, sin), -1).flatten(-2), out=_dense_like(workspace, "tmp", x))
         parts, sines = out.unflatten(-1, (-1, 2)), products.unflatten(-1, (-1, 2))
         parts[..., 0].sub_(sines[..., 1])
         parts[..., 1].add_(sines[..., 0])
         return out
+
+
+def _complex_view_ok(x: torch.Tensor) -> bool:
+    """Whether x's last dimension reads as complex numbers (float32 or float64 pairs, every other
+    stride and the offset even, as ``torch.view_as_complex`` requires)."""
+    return (
+        x.dtype in (torch.float32, torch.float64)
+        and x.stride(-1) == 1
+        and x.storage_offset() % 2 == 0
+        and all(stride % 2 == 0 for stride in x.stride()[:-1])
+    )
+
+
+def _as_complex(x: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(x.unflatten(-1, (-1, 2)))
 
 
 class Workspace:
@@ -116,7 +142,7 @@ class Workspace:
     Every block makes intermediates of the same sizes: the fused projection, the rotated queries and
     keys, the attention output and the MLP's hidden layer. Asked for fresh each time, the allocator
     often hands back pages the kernel must fault in again (tens of thousands per forward at the
-    bench's shape). Here three flat slots are reused instead, each intermediate taking a slot that no
+    bench's shape). Here up to three flat slots are reused instead, each intermediate taking a slot that no
     live tensor holds at that point of :meth:`Block.forward`, so the peak stays about what a block
     needed before. Reuse changes no number: the same kernels write the same values."""
 
@@ -149,6 +175,15 @@ def _buffer(workspace: Workspace | None, slot: str, shape, like: torch.Tensor) -
     if workspace is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     return workspace.take(slot, tuple(shape), like)
+
+
+def _dense_like(workspace: Workspace | None, slot: str, x: torch.Tensor) -> torch.Tensor:
+    """A tensor of x's shape and dtype, dense, with its dimensions in memory in x's order (largest
+    stride first, the last dimension innermost), so an elementwise pass reads and writes both in the
+    same order; from ``slot`` of the ``workspace`` when there is one."""
+    order = sorted(range(x.dim() - 1), key=lambda i: -x.stride(i)) + [x.dim() - 1]
+    dense = _buffer(workspace, slot, [x.shape[i] for i in order], x)
+    return dense.permute([order.index(i) for i in range(x.dim())])
 
 
 class NeighbourMixer(nn.Module):
@@ -260,8 +295,10 @@ class Block(nn.Module):
         the outputs of the first that many positions only (every position is still a key).
         ``workspace`` (no graph, no autocast; :meth:`Workspace.usable`): the intermediates go into its
         slots, ``wide`` for the projection and then the MLP's hidden layer, ``pair`` for the rotated
-        queries and keys and then the attention's projection, ``tmp`` for the rotation's sine products
-        and then the attention output; the output itself is always a new tensor."""
+        queries and keys and then the attention's projection, ``tmp`` (only when needed) for a
+        half-precision rotation's sine products and then a copy of the attention output, should SDPA
+        return it in (B, H, L, Dh) order (on CPU it follows the queries' (B, L, H, Dh) order and
+        needs none); the output itself is always a new tensor."""
         B, L, D = h.shape
         inplace = not torch.is_grad_enabled()  # no graph to keep: reuse the buffers this block made
         ws = workspace
@@ -291,7 +328,9 @@ class Block(nn.Module):
             is_causal=self.causal and attn_mask is None and past is None,
         )
         a = a.transpose(1, 2)  # (B, L, H, Dh); the rotated queries and keys are dead from here
-        a = a.reshape(B, L, D) if ws is None else ws.take("tmp", tuple(a.shape), a).copy_(a).view(B, L, D)
+        if ws is not None and not a.is_contiguous():  # SDPA kept the queries' (B, H, L, Dh) order
+            a = ws.take("tmp", tuple(a.shape), a).copy_(a)
+        a = a.reshape(B, L, D)
         a = self.drop(self._linear(self.proj, a, ws, "pair"))
         h = _residual(h, a, gate1 if self.adaln is not None else None, inplace)
         x = self.norm2(h)

@@ -134,17 +134,37 @@ def test_rotary_equals_its_formula_bit_for_bit_on_strided_inputs(dtype, head):
 
     rot = Rotary(head, 32)
     g = torch.Generator().manual_seed(head)
-    qkv = torch.randn(3, 32, 3, 4, head, generator=g).to(dtype).permute(2, 0, 3, 1, 4)  # a fused projection's view
-    x = qkv[:2]
+    fused = torch.randn(3, 32, 3, 4, head, generator=g).to(dtype)
+    fused[0, :3] = 0.0  # exact zeros: the no-graph pass may give a zero of the other sign, never another value
+    x = fused.permute(2, 0, 3, 1, 4)[:2]  # a fused projection's (2, B, H, L, Dh) view
     positions = torch.arange(32).flip(0) % 20
     for pos in (None, positions):
         rows = slice(0, 32) if pos is None else pos
         want = _rotary_reference(x, rot.cos[rows].to(dtype), rot.sin[rows].to(dtype))
         with torch.no_grad():
             got = rot(x, pos)
-        assert got.is_contiguous() and torch.equal(got, want)
+            assert torch.equal(got, want)
+            # dense, in the projection's (B, L, 2, H, Dh) memory order
+            assert got.permute(1, 3, 0, 2, 4).is_contiguous()
+            assert torch.equal(rot(x.contiguous(), pos), want) and rot(x.contiguous(), pos).is_contiguous()
         leaf = x.detach().clone().requires_grad_(True)
-        assert torch.equal(rot(leaf, pos), want)
+        graph = rot(leaf, pos)
+        assert graph.is_contiguous() and torch.equal(graph, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_output_needs_no_copy_without_a_graph(dtype):
+    # the rotated queries lie in (B, L, H, Dh) order, so SDPA answers in that order and the block
+    # hands its output to the projection as a view; the copy slot stays unused
+    from harness.backbone import Workspace
+
+    b = _randomize(Backbone(_cfg(n_layers=2)), std=0.3).to(dtype).eval()
+    h = torch.randn(2, 12, 32, dtype=dtype)
+    ws = Workspace()
+    with torch.no_grad():
+        got = b.blocks[0](h, None, None, workspace=ws)
+    assert set(ws._slots) == {"wide", "pair"}
+    assert torch.equal(got, b.blocks[0](h, None, None))
 
 
 @pytest.mark.parametrize(
@@ -183,7 +203,7 @@ def test_blocks_share_one_workspace_and_return_their_own_output(kw):
         want = [blk(h, c, None) for blk in b.blocks]  # each block on its own, fresh memory
         first = b.blocks[0](h, c, None, workspace=ws)
         slots = _storages(ws)
-        assert set(ws._slots) == {"wide", "pair", "tmp"}
+        assert {"wide", "pair"} <= set(ws._slots) <= {"wide", "pair", "tmp"}
         later = [blk(h, c, None, workspace=ws) for blk in b.blocks[1:]]
     assert _storages(ws) == slots  # the later blocks wrote into the first block's memory
     for got, exp in zip([first, *later], want, strict=True):
