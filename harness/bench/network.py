@@ -97,6 +97,7 @@ def forward_figures(*, B=8, L=256, d=512, layers=8, heads=8, vocab=1000, repeats
             "ratio",
             ">= 1.00",
             frac_ours / frac_ref >= 1.0,
+            {"block_seconds": {"ours": [a1, a2], "encoder": [b1, b2]}},
         ),
         Figure(
             "forward: backbone with erf GELU over nn.TransformerEncoder (diagnostic: the activation's share)",

@@ -61,8 +61,10 @@ def run_bench(
                         )
                         figures.append(Figure("gemm: bf16 throughput at the block shapes", bf16 / 1e9, "GFLOP/s"))
             if stage == "forward":
+                # five repeats per block even when quick: a forward is cheap, and with three the
+                # ratio's median moved by more than the gap it measures
                 figures += forward_figures(
-                    B=B, L=L, d=d, layers=layers, heads=heads, repeats=repeats, ceiling=ceiling, device=device
+                    B=B, L=L, d=d, layers=layers, heads=heads, repeats=max(repeats, 5), ceiling=ceiling, device=device
                 )
             elif stage == "train_step":
                 figures.append(

@@ -113,6 +113,12 @@ def test_forward_stage_reports_the_encoder_ratio_and_the_activation_diagnostic()
     names = [f.name for f in figures]
     assert names[2] == "forward: backbone over nn.TransformerEncoder (same FLOPs basis)"
     assert figures[2].target == ">= 1.00" and figures[2].ok in (True, False)
+    blocks = figures[2].detail["block_seconds"]  # ours, the encoder, the encoder, ours: each block's median
+    assert len(blocks["ours"]) == len(blocks["encoder"]) == 2
+    mean = lambda pair: sum(pair) / 2  # noqa: E731
+    assert figures[0].detail["seconds"] == mean(blocks["ours"]) and figures[1].detail["seconds"] == mean(
+        blocks["encoder"]
+    )
     diagnostic = figures[3]
     assert "erf GELU" in diagnostic.name and diagnostic.target is None and diagnostic.ok is None
     assert diagnostic.value > 0 and diagnostic.detail["seconds"] > 0
