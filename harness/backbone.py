@@ -79,10 +79,11 @@ class Rotary(nn.Module):
     z * (i sin) = (-x2 sin, x1 sin) to it. That product is exact whichever way the kernel fuses it
     (one factor of each of its products is zero), so the sums round as x1 cos - x2 sin and
     x2 cos + x1 sin do: the same values bit for bit; an entry of x that is exactly zero may leave a
-    zero of the other sign, which no later operation tells apart. A full complex multiply by
-    (cos + i sin) would be one pass, but its scalar tail fuses a multiply-add and rounds
-    differently. Half-precision inputs (no complex kernels) take x * (sin, sin) as a second
-    product and one strided pass per half."""
+    zero of the other sign, which no later operation tells apart, and an infinite entry gives NaN
+    where the two-product form gave an infinity (the attention makes NaN of either). A full complex
+    multiply by (cos + i sin) would be one pass, but its scalar tail fuses a multiply-add and rounds
+    differently. Half-precision inputs (no complex kernels) take x * (sin, sin) as a second product
+    and one strided pass per half."""
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10_000.0):
         super().__init__()
