@@ -239,7 +239,8 @@ class NeighbourMixer(nn.Module):
 
 
 class TimeEmbedding(nn.Module):
-    """Sinusoidal features of t in [0, 1] followed by an MLP: (B,) -> (B, cond_dim)."""
+    """Sinusoidal features of t in [0, 1] followed by an MLP: (B,) -> (B, cond_dim). The features are
+    computed in float32 and handed to the MLP in its weights' dtype (a float64 network takes them)."""
 
     def __init__(self, cond_dim: int, freq_dim: int = 256):
         super().__init__()
@@ -250,7 +251,7 @@ class TimeEmbedding(nn.Module):
         half = self.freq_dim // 2
         freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
         args = (t.float() * 1000.0)[:, None] * freqs[None]
-        return self.mlp(torch.cat([args.cos(), args.sin()], dim=-1))
+        return self.mlp(torch.cat([args.cos(), args.sin()], dim=-1).to(self.mlp[0].weight.dtype))
 
 
 def _modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

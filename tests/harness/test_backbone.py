@@ -269,3 +269,13 @@ def test_torch_compile_traces_the_no_graph_forward():
     compiled = torch.compile(b)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), b(x))
+
+
+def test_a_time_conditioned_backbone_runs_in_float64():
+    # the sinusoidal features are float32; the time MLP takes them in its own dtype
+    b = _randomize(Backbone(_cfg(time_conditioning=True)), std=0.3).eval()
+    x, t = torch.randint(0, 11, (2, 12)), torch.rand(2)
+    with torch.no_grad():
+        single = b(x, t)
+        double = b.double()(x, t)
+    torch.testing.assert_close(double, single, rtol=1e-3, atol=1e-3)
