@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from baselines.mdlm import subs_log_probs
 from harness.errors import ConfigError
+from harness.graph import tracked
 from harness.models import MODELS
 from harness.models.base import Estimator
 from harness.models.masked_diffusion import MaskedDiffusion, MDLMConfig
@@ -107,7 +108,7 @@ class SEDD(MaskedDiffusion):
         if self.scale_by_sigma:
             alpha = self.schedule.alpha(t.double())
             shift = (torch.log((1 - alpha) / alpha) + math.log(self.process.states - 1)).to(raw.dtype)[:, None, None]
-        if torch.is_grad_enabled() and raw.requires_grad:
+        if tracked(raw):
             raw = F.pad(raw, (0, 1)) if pad else raw
             raw = raw[..., : self.process.states]
             raw = raw if shift is None else raw - shift

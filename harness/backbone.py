@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import InputError
+from harness.graph import tracked
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Rotary(nn.Module):
         rows = slice(0, x.shape[-2]) if positions is None else positions
         cos, sin = self.cos[rows].to(x.dtype), self.sin[rows].to(x.dtype)
         cos2 = torch.stack((cos, cos), -1).flatten(-2)
-        if (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling():
+        if tracked(x) or torch.compiler.is_compiling():
             # training: whole-tensor passes, whose backward vectorises (the strided half passes below
             # cost a training step about 1%); torch.compile fuses these into one kernel and has no
             # complex kernels

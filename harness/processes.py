@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.errors import InputError
+from harness.graph import tracked
 from harness.registry import Registry
 from harness.schedules import Gidd
 
@@ -342,7 +343,7 @@ class Absorbing(ForwardProcess):
         a = torch.as_tensor(alpha, dtype=dtype, device=x0.device)
         r = a / (1 - a)
         tokens = log_score[..., : self.categories]
-        if torch.is_grad_enabled() and log_score.requires_grad:
+        if tracked(log_score):
             positive = torch.logsumexp(tokens.to(dtype), dim=-1).exp()
         else:  # evaluation: one float64 copy of the token scores, consumed in place
             positive = _logsumexp_(torch.empty(tokens.shape, dtype=dtype, device=tokens.device).copy_(tokens)).exp()
@@ -394,7 +395,7 @@ class Uniform(ForwardProcess):
         a = torch.as_tensor(alpha, dtype=dtype, device=x0.device)
         a = a.expand(x0.shape)
         scale, shift = C * a[..., None], (1 - a)[..., None]
-        grad = log_x_theta.requires_grad  # training: out of place, so that backward has what it saved
+        grad = tracked(log_x_theta)  # training: out of place, so that backward has what it saved
         if grad:
             xbar_theta = log_x_theta.to(dtype).exp() * scale + shift
         else:  # one new float64 tensor (the cast, when it makes one), reused in place from there on
@@ -425,7 +426,7 @@ class Uniform(ForwardProcess):
         dtype = torch.float64
         C = float(self.categories)
         a = torch.as_tensor(alpha, dtype=dtype, device=x0.device).expand(x0.shape)
-        graph = torch.is_grad_enabled() and log_score.requires_grad
+        graph = tracked(log_score)
         log_s = log_score.to(dtype)
         if not graph and log_s is log_score:
             log_s = log_s.clone()  # consumed in place below; the caller's tensor stays
@@ -604,7 +605,7 @@ class Hybrid(ForwardProcess):
         if x0.is_floating_point():
             raise InputError("Hybrid.elbo_integrand takes clean token ids x0, not probabilities")
         a = torch.as_tensor(alpha, dtype=dtype, device=x0.device).expand(x0.shape)
-        if torch.is_grad_enabled() and log_x_theta.requires_grad:  # training: the graph needs every tensor
+        if tracked(log_x_theta):  # training: the graph needs every tensor
             q_x = self.marginal(x0, a, dtype=dtype)
             q_theta = self.marginal(log_x_theta.to(dtype).exp(), a, dtype=dtype)
             at_x, at_theta = (q.gather(-1, z_t[..., None])[..., 0] for q in (q_x, q_theta))

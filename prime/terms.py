@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from harness.errors import PrimebenchError
+from harness.graph import tracked
 from prime.subtokens import digit_table, mask_id
 
 
@@ -116,7 +117,7 @@ def fused_prime_terms(
     # finite: V(y_t^i) is never empty; detached, as the terms do not depend on it (training's backward)
     top = x.detach().amax(-1, keepdim=True)
     e = x - top
-    e = torch.exp(e) if torch.is_grad_enabled() and e.requires_grad else e.exp_()  # evaluation: no second copy
+    e = torch.exp(e) if tracked(e) else e.exp_()  # evaluation: no second copy
     sums, total = digit_sums(e, base=base, ell=ell) if "subtoken" in estimators else (None, e.sum(-1, keepdim=True))
     out = []
     for name in estimators:
